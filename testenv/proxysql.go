@@ -1,0 +1,258 @@
+package testenv
+
+import (
+	"cmp"
+	"context"
+	"database/sql"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"text/template"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+)
+
+const proxysqlDirPrefix = "holdtime-proxysql-"
+
+// ProxySQLOptions configures StartProxySQL.
+type ProxySQLOptions struct {
+	// Backend is the MySQL server ProxySQL sends queries to (hostgroup 0).
+	// Required. Its admin account creates the app user on the backend.
+	Backend *Target
+	// Schema is the app user's default schema on the backend (optional).
+	Schema string
+	// Binary is the proxysql binary. Default: "proxysql" on PATH.
+	Binary string
+	// Threads is mysql-threads. Default 2.
+	Threads int
+	// Timeout bounds the start. Default 30 s.
+	Timeout time.Duration
+}
+
+// ProxySQL is a running throwaway ProxySQL in front of a test server, with
+// mysql-query_digests_keep_comment=true, mysql-show_processlist_extended=2
+// and a JSON events log of every query (mysql-eventslog_format=2).
+type ProxySQL struct {
+	AppAddr   string // the MySQL interface apps connect to
+	AdminAddr string // the admin interface (stats tables)
+	AppUser   string
+	AppPass   string
+	AdminUser string
+	AdminPass string
+	// EventsLog is the events log path prefix; ProxySQL appends a sequence
+	// number (events.json.00000001, ...).
+	EventsLog string
+	Schema    string
+
+	dir  string
+	cmd  *exec.Cmd
+	done chan struct{}
+	once sync.Once
+}
+
+// ProxySQLAvailable reports whether a proxysql binary is on PATH.
+func ProxySQLAvailable() bool { _, err := exec.LookPath("proxysql"); return err == nil }
+
+// The config file format is libconfig's, as in ProxySQL's etc/proxysql.cnf.
+var proxysqlConfig = template.Must(template.New("proxysql.cnf").Parse(`datadir="{{.Dir}}"
+errorlog="{{.Dir}}/proxysql.log"
+admin_variables=
+{
+	admin_credentials="{{.AdminUser}}:{{.AdminPass}}"
+	mysql_ifaces="{{.AdminAddr}}"
+	restapi_enabled=false
+	web_enabled=false
+}
+mysql_variables=
+{
+	threads={{.Threads}}
+	interfaces="{{.AppAddr}}"
+	server_version="8.0.11"
+	monitor_enabled=false
+	poll_timeout=2000
+	query_digests=true
+	query_digests_keep_comment=true
+	show_processlist_extended=2
+	eventslog_filename="{{.EventsLog}}"
+	eventslog_format=2
+	eventslog_default_log=1
+}
+mysql_servers=
+(
+	{ address="{{.BackendHost}}", port={{.BackendPort}}, hostgroup=0, max_connections=200 }
+)
+mysql_users=
+(
+	{ username="{{.AppUser}}", password="{{.AppPass}}", default_hostgroup=0, default_schema="{{.Schema}}", transaction_persistent=1, active=1 }
+)
+`))
+
+// StartProxySQL starts ProxySQL in front of opts.Backend and waits until both
+// its admin and app interfaces answer. Without a proxysql binary it returns
+// an error wrapping ErrNotInstalled.
+func StartProxySQL(ctx context.Context, opts ProxySQLOptions) (_ *ProxySQL, err error) {
+	bin := opts.Binary
+	if bin == "" {
+		if bin, err = exec.LookPath("proxysql"); err != nil {
+			return nil, fmt.Errorf("testenv: proxysql is not on PATH: %w; install it from ProxySQL's packages (https://proxysql.com/documentation/installing-proxysql/)", ErrNotInstalled)
+		}
+	}
+	if opts.Backend == nil {
+		return nil, fmt.Errorf("testenv: StartProxySQL needs a Backend")
+	}
+	ctx, cancel := context.WithTimeout(ctx, cmp.Or(opts.Timeout, 30*time.Second))
+	defer cancel()
+	reapLeftovers()
+
+	dir, err := os.MkdirTemp("", proxysqlDirPrefix)
+	if err != nil {
+		return nil, fmt.Errorf("testenv: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			_ = os.RemoveAll(dir)
+		}
+	}()
+	if err := os.WriteFile(filepath.Join(dir, "owner.pid"), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
+		return nil, fmt.Errorf("testenv: %w", err)
+	}
+	appPort, err1 := freePort()
+	adminPort, err2 := freePort()
+	if err1 != nil || err2 != nil {
+		return nil, fmt.Errorf("testenv: free port: %v %v", err1, err2)
+	}
+	backendCfg := opts.Backend.Config("")
+	host, port, err := net.SplitHostPort(backendCfg.Addr)
+	if err != nil {
+		return nil, fmt.Errorf("testenv: ProxySQL needs a TCP backend, not %s: %w", opts.Backend.Redacted(), err)
+	}
+	p := &ProxySQL{
+		AppAddr:   net.JoinHostPort("127.0.0.1", strconv.Itoa(appPort)),
+		AdminAddr: net.JoinHostPort("127.0.0.1", strconv.Itoa(adminPort)),
+		AppUser:   "holdtime_app",
+		AppPass:   randomHex(8),
+		AdminUser: "holdtime_admin",
+		AdminPass: randomHex(8),
+		EventsLog: filepath.Join(dir, "events.json"),
+		Schema:    opts.Schema,
+		dir:       dir,
+		done:      make(chan struct{}),
+	}
+	// ProxySQL logs in to the backend as the app user with the same password.
+	for _, q := range []string{
+		"CREATE USER IF NOT EXISTS '" + p.AppUser + "'@'127.0.0.1' IDENTIFIED BY '" + p.AppPass + "'",
+		"ALTER USER '" + p.AppUser + "'@'127.0.0.1' IDENTIFIED BY '" + p.AppPass + "'",
+		"GRANT ALL PRIVILEGES ON *.* TO '" + p.AppUser + "'@'127.0.0.1'",
+	} {
+		if _, err := opts.Backend.Admin().ExecContext(ctx, q); err != nil {
+			return nil, fmt.Errorf("testenv: create ProxySQL's backend user: %w", err)
+		}
+	}
+	cfgPath := filepath.Join(dir, "proxysql.cnf")
+	f, err := os.Create(cfgPath)
+	if err != nil {
+		return nil, fmt.Errorf("testenv: %w", err)
+	}
+	err = proxysqlConfig.Execute(f, map[string]any{
+		"Dir": dir, "AdminUser": p.AdminUser, "AdminPass": p.AdminPass, "AdminAddr": p.AdminAddr,
+		"AppAddr": p.AppAddr, "Threads": cmp.Or(opts.Threads, 2), "EventsLog": p.EventsLog,
+		"BackendHost": host, "BackendPort": port, "AppUser": p.AppUser, "AppPass": p.AppPass, "Schema": opts.Schema,
+	})
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return nil, fmt.Errorf("testenv: write %s: %w", cfgPath, err)
+	}
+	// -f: foreground; --initial: ignore any proxysql.db and take the file;
+	// --idle-threads off keeps one session per worker as the captures show.
+	p.cmd = exec.Command(bin, "-f", "--initial", "-c", cfgPath, "-D", dir)
+	p.cmd.Stdout, _ = os.Create(filepath.Join(dir, "stdout.log"))
+	p.cmd.Stderr = p.cmd.Stdout
+	setDeathSignal(p.cmd)
+	if err := p.cmd.Start(); err != nil {
+		return nil, fmt.Errorf("testenv: start proxysql: %w", err)
+	}
+	_ = os.WriteFile(filepath.Join(dir, "server.pid"), []byte(strconv.Itoa(p.cmd.Process.Pid)), 0o644)
+	go func() { _ = p.cmd.Wait(); close(p.done) }()
+	for _, dsn := range []string{p.AdminDSN(), p.AppDSN()} {
+		if err := waitSQL(ctx, dsn, p.done); err != nil {
+			p.Close()
+			log, _ := os.ReadFile(filepath.Join(dir, "proxysql.log"))
+			return nil, fmt.Errorf("testenv: proxysql did not come up: %w\n%s", err, tail(log, 4000))
+		}
+	}
+	return p, nil
+}
+
+// AdminDSN is a DSN for ProxySQL's admin interface (the stats tables).
+func (p *ProxySQL) AdminDSN() string {
+	cfg := mysql.NewConfig()
+	cfg.User, cfg.Passwd, cfg.Net, cfg.Addr = p.AdminUser, p.AdminPass, "tcp", p.AdminAddr
+	return cfg.FormatDSN()
+}
+
+// AppDSN is a DSN for the app interface, using dbName (may be empty).
+func (p *ProxySQL) AppDSN() string { return p.AppConfig().FormatDSN() }
+
+// AppConfig returns a new driver config for the app interface.
+func (p *ProxySQL) AppConfig() *mysql.Config {
+	cfg := mysql.NewConfig()
+	cfg.User, cfg.Passwd, cfg.Net, cfg.Addr, cfg.DBName = p.AppUser, p.AppPass, "tcp", p.AppAddr, p.Schema
+	cfg.ParseTime = true
+	return cfg
+}
+
+// Dir is ProxySQL's private directory (config, datadir, logs).
+func (p *ProxySQL) Dir() string { return p.dir }
+
+// Close stops ProxySQL and removes its directory.
+func (p *ProxySQL) Close() error {
+	var err error
+	p.once.Do(func() {
+		if p.cmd != nil && p.cmd.Process != nil {
+			_ = p.cmd.Process.Kill()
+			<-p.done
+		}
+		err = os.RemoveAll(p.dir)
+	})
+	return err
+}
+
+func waitSQL(ctx context.Context, dsn string, exited <-chan struct{}) error {
+	db, err := sql.Open("mysql", dsn)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		pingCtx, cancel := context.WithTimeout(ctx, time.Second)
+		err = db.PingContext(pingCtx)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-exited:
+			return fmt.Errorf("process exited during start")
+		case <-ctx.Done():
+			return fmt.Errorf("%w (last error: %v)", ctx.Err(), err)
+		case <-tick.C:
+		}
+	}
+}
+
+func tail(b []byte, n int) string {
+	if len(b) > n {
+		b = b[len(b)-n:]
+	}
+	return strings.TrimSpace(string(b))
+}

@@ -1,0 +1,68 @@
+package testenv
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// reapLeftovers removes what killed runs left behind: a directory made by
+// StartMySQL (or StartProxySQL, StartPrometheus) whose owner process no
+// longer exists. A server still running there is killed first, but only when
+// its command line names that directory, so a recycled pid is never hit.
+// Leftovers never block a new start (ports and folders are always fresh);
+// this keeps the machine from filling up.
+func reapLeftovers() {
+	for _, prefix := range []string{dirPrefix, proxysqlDirPrefix, prometheusDirPrefix} {
+		matches, _ := filepath.Glob(filepath.Join(os.TempDir(), prefix+"*"))
+		for _, dir := range matches {
+			if ownerAlive(dir) {
+				continue
+			}
+			for _, pidFile := range []string{"mysqld.pid", "server.pid"} {
+				killIfNamesDir(filepath.Join(dir, pidFile), dir)
+			}
+			_ = os.RemoveAll(dir)
+		}
+	}
+}
+
+func ownerAlive(dir string) bool {
+	b, err := os.ReadFile(filepath.Join(dir, "owner.pid"))
+	if err != nil {
+		// Being created right now, or not ours: leave young ones alone.
+		st, statErr := os.Stat(dir)
+		return statErr != nil || time.Since(st.ModTime()) < time.Minute
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		return false
+	}
+	return processExists(pid)
+}
+
+func processExists(pid int) bool {
+	err := syscall.Kill(pid, 0)
+	return err == nil || errors.Is(err, syscall.EPERM)
+}
+
+func killIfNamesDir(pidFile, dir string) {
+	b, err := os.ReadFile(pidFile)
+	if err != nil {
+		return
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || pid <= 1 {
+		return
+	}
+	cmdline, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+	if err != nil || !bytes.Contains(cmdline, []byte(dir)) {
+		return
+	}
+	_ = syscall.Kill(pid, syscall.SIGKILL)
+}

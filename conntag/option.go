@@ -1,0 +1,145 @@
+package conntag
+
+import (
+	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// Option configures Open and OpenDB.
+type Option func(*config)
+
+type config struct {
+	meterProvider  metric.MeterProvider
+	tracerProvider trace.TracerProvider
+	metrics        bool
+	defaultTag     string
+	format         Format
+	static         map[string]string
+	maxTags        int
+	dbSystem       string
+	poolName       string
+	longHold       time.Duration
+	onLongHold     func(LongHold)
+	queryText      bool
+}
+
+// DefaultMaxTags is the default cap on distinct tags in metrics.
+const DefaultMaxTags = 200
+
+// OverflowTag is the metrics tag of statements and holds whose tag arrived
+// after the cap on distinct tags was reached.
+const OverflowTag = "other"
+
+func newConfig(opts []Option) config {
+	c := config{
+		metrics:    true,
+		defaultTag: DefaultTag,
+		format:     FormatConnTag,
+		maxTags:    DefaultMaxTags,
+		dbSystem:   "mysql",
+		poolName:   "default",
+	}
+	for _, o := range opts {
+		o(&c)
+	}
+	if c.meterProvider == nil {
+		c.meterProvider = otel.GetMeterProvider()
+	}
+	return c
+}
+
+// WithMeterProvider sets the OpenTelemetry MeterProvider the metrics are
+// recorded through. Default: the global one (otel.GetMeterProvider), which
+// records nothing until the application installs a provider.
+func WithMeterProvider(mp metric.MeterProvider) Option {
+	return func(c *config) { c.meterProvider = mp }
+}
+
+// WithTracerProvider turns spans on: one per statement and one per hold,
+// carrying conn_tag, db.system.name, the operation name and the hold split.
+// Default: no spans, at no cost.
+func WithTracerProvider(tp trace.TracerProvider) Option {
+	return func(c *config) { c.tracerProvider = tp }
+}
+
+// WithoutMetrics turns all measurement off: statements are only tagged. The
+// wrapper then adds nothing but the comment to a statement.
+func WithoutMetrics() Option {
+	return func(c *config) { c.metrics = false }
+}
+
+// WithDefaultTag sets the tag of statements whose context carries none.
+// Default "untagged".
+func WithDefaultTag(tag string) Option {
+	return func(c *config) { c.defaultTag = SanitizeTag(tag) }
+}
+
+// WithFormat chooses how the tag is written into statement text.
+// Default FormatConnTag.
+func WithFormat(f Format) Option {
+	return func(c *config) { c.format = f }
+}
+
+// WithStaticAttributes adds fixed key/values (service, route, ...) to every
+// statement's comment, in both formats. Keys and values are sanitised like
+// tags. Keep them low-cardinality: every distinct statement text is a
+// separate entry in ProxySQL's digest table and in statement caches.
+func WithStaticAttributes(kv map[string]string) Option {
+	return func(c *config) {
+		c.static = make(map[string]string, len(kv))
+		for k, v := range kv {
+			c.static[k] = v
+		}
+	}
+}
+
+// WithMaxTags caps the number of distinct tags in metrics (default 200).
+// Tags beyond the cap are counted as "other", so a bug in a caller cannot
+// explode metric cardinality. Statement text keeps the real tag.
+func WithMaxTags(n int) Option {
+	return func(c *config) {
+		if n > 0 {
+			c.maxTags = n
+		}
+	}
+}
+
+// WithDBSystem sets db.system.name ("mysql" by default; "mariadb" for
+// MariaDB servers).
+func WithDBSystem(name string) Option {
+	return func(c *config) { c.dbSystem = name }
+}
+
+// WithPoolName sets db.client.connection.pool.name, which tells the pools of
+// one process apart. Default "default". Never put credentials in it.
+func WithPoolName(name string) Option {
+	return func(c *config) { c.poolName = name }
+}
+
+// WithQueryText puts the statement text (with its tag comment) on statement
+// spans as db.query.text. Off by default: statement text can carry values.
+func WithQueryText() Option {
+	return func(c *config) { c.queryText = true }
+}
+
+// LongHold describes a hold that passed the long-hold threshold.
+type LongHold struct {
+	Tag      string
+	Held     time.Duration // how long the connection has been held so far
+	Acquirer string        // the goroutine stack that borrowed the connection
+}
+
+// WithLongHoldThreshold reports every hold that lasts longer than d: it is
+// counted per tag (holdtime.connection.long_holds) and fn, when not nil, is
+// called once per such hold, while the hold is still open, with the stack of
+// the code that borrowed the connection. The stack is captured at every
+// borrow only while this option is on.
+func WithLongHoldThreshold(d time.Duration, fn func(LongHold)) Option {
+	return func(c *config) {
+		c.longHold = d
+		c.onLongHold = fn
+	}
+}

@@ -109,7 +109,9 @@ func InjectTag(query, tag string) string {
 	return c.inject(query, c.comment(SanitizeTag(tag)))
 }
 
-func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v' }
+func isSpace(c byte) bool {
+	return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'
+}
 
 // insertPoint returns the offset after the leading whitespace and
 // non-executable comments of query, where the tag comment goes, and whether

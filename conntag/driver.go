@@ -135,4 +135,4 @@ type dsnConnector struct {
 }
 
 func (t dsnConnector) Connect(context.Context) (driver.Conn, error) { return t.driver.Open(t.dsn) }
-func (t dsnConnector) Driver() driver.Driver                       { return t.driver }
+func (t dsnConnector) Driver() driver.Driver                        { return t.driver }

@@ -1,0 +1,130 @@
+package reservation
+
+import (
+	"cmp"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"go.opentelemetry.io/otel/metric"
+)
+
+// Strategy selects how Reserve takes units. Only StrategySkipLocked is meant
+// for production; the other two exist so that benchmarks and the flash-sale
+// harness can compare against the designs it replaces.
+type Strategy string
+
+const (
+	// StrategySkipLocked locks pooled unit rows with FOR UPDATE SKIP LOCKED:
+	// concurrent checkouts of one item lock different rows and never wait.
+	StrategySkipLocked Strategy = "skip_locked"
+	// StrategyForUpdate locks pooled unit rows with a plain FOR UPDATE:
+	// concurrent checkouts of one item queue on the same first rows.
+	StrategyForUpdate Strategy = "for_update"
+	// StrategyCounter decrements one quantity row per item/group
+	// (UPDATE … SET available = available - ?): every checkout of an item
+	// queues on that row for the whole transaction.
+	StrategyCounter Strategy = "counter"
+)
+
+// Tags are the conntag tags the engine's statements carry, one per business
+// process, so that connection hold time is attributed per process.
+type Tags struct {
+	Reserve string // default "inventory_reserve"
+	Claim   string // default "inventory_claim"
+	Release string // default "inventory_release"
+	Refill  string // default "inventory_refill"
+	Expire  string // default "inventory_expire"
+	Stock   string // Receive, Adjust, Available, Migrate; default "inventory_stock"
+}
+
+// Config configures an Engine. The zero value is ready to use: every field
+// documents its default.
+type Config struct {
+	// Strategy is how Reserve takes units. Default StrategySkipLocked.
+	Strategy Strategy
+	// PoolSize bounds the available unit rows per item/location group that
+	// a refill tops up to. Default 1,000.
+	PoolSize int
+	// TTL is the hold time of a reservation whose ReserveParams.TTL is zero.
+	// Default 15 minutes.
+	TTL time.Duration
+	// RetryBudget bounds how long an operation retries deadlocks, lock wait
+	// timeouts, lost connections and contention before it returns an error
+	// that matches ErrRetryable. Default 5 s.
+	RetryBudget time.Duration
+	// MaxLines bounds the lines of one cart. Default 100.
+	MaxLines int
+	// RefillInterval is how often Run's background refiller tops up the
+	// pools of recently used items. Default 1 s.
+	RefillInterval time.Duration
+	// ExpiryInterval is how often Run's sweeper returns expired holds to the
+	// pool. Default 1 s.
+	ExpiryInterval time.Duration
+	// ExpiryBatch is how many reservations one sweeper transaction expires.
+	// Default 100.
+	ExpiryBatch int
+	// Tags are the conntag tags of the engine's statements. Empty fields
+	// take their defaults.
+	Tags Tags
+	// MeterProvider receives the engine's metrics (see the package doc).
+	// Default: none; the global provider is never used.
+	MeterProvider metric.MeterProvider
+	// Logger receives errors of the background work in Run. Default: none.
+	Logger *slog.Logger
+}
+
+const (
+	maxPoolSize    = 1_000_000
+	defaultMaxTTL  = 24 * time.Hour * 365
+	maxReserveLine = 10_000
+)
+
+// withDefaults returns c with every zero field set to its default, or an
+// error naming the first invalid field.
+func (c Config) withDefaults() (Config, error) {
+	c.Strategy = cmp.Or(c.Strategy, StrategySkipLocked)
+	c.PoolSize = cmp.Or(c.PoolSize, 1000)
+	c.TTL = cmp.Or(c.TTL, 15*time.Minute)
+	c.RetryBudget = cmp.Or(c.RetryBudget, 5*time.Second)
+	c.MaxLines = cmp.Or(c.MaxLines, 100)
+	c.RefillInterval = cmp.Or(c.RefillInterval, time.Second)
+	c.ExpiryInterval = cmp.Or(c.ExpiryInterval, time.Second)
+	c.ExpiryBatch = cmp.Or(c.ExpiryBatch, 100)
+	c.Tags.Reserve = cmp.Or(c.Tags.Reserve, "inventory_reserve")
+	c.Tags.Claim = cmp.Or(c.Tags.Claim, "inventory_claim")
+	c.Tags.Release = cmp.Or(c.Tags.Release, "inventory_release")
+	c.Tags.Refill = cmp.Or(c.Tags.Refill, "inventory_refill")
+	c.Tags.Expire = cmp.Or(c.Tags.Expire, "inventory_expire")
+	c.Tags.Stock = cmp.Or(c.Tags.Stock, "inventory_stock")
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+
+	switch c.Strategy {
+	case StrategySkipLocked, StrategyForUpdate, StrategyCounter:
+	default:
+		return c, fmt.Errorf("reservation: Config.Strategy %q is unknown: use %q, %q or %q",
+			c.Strategy, StrategySkipLocked, StrategyForUpdate, StrategyCounter)
+	}
+	if c.PoolSize < 1 || c.PoolSize > maxPoolSize {
+		return c, fmt.Errorf("reservation: Config.PoolSize %d is out of range: use 1 to %d (0 means 1,000)", c.PoolSize, maxPoolSize)
+	}
+	if c.MaxLines < 1 || c.MaxLines > maxReserveLine {
+		return c, fmt.Errorf("reservation: Config.MaxLines %d is out of range: use 1 to %d (0 means 100)", c.MaxLines, maxReserveLine)
+	}
+	if c.ExpiryBatch < 1 {
+		return c, fmt.Errorf("reservation: Config.ExpiryBatch %d must be positive (0 means 100)", c.ExpiryBatch)
+	}
+	for name, d := range map[string]time.Duration{
+		"TTL": c.TTL, "RetryBudget": c.RetryBudget, "RefillInterval": c.RefillInterval, "ExpiryInterval": c.ExpiryInterval,
+	} {
+		if d < 0 {
+			return c, fmt.Errorf("reservation: Config.%s %v is negative: use a positive duration, or 0 for the default", name, d)
+		}
+	}
+	if c.TTL > defaultMaxTTL {
+		return c, fmt.Errorf("reservation: Config.TTL %v is longer than a year: holds that long are stock taken off sale", c.TTL)
+	}
+	return c, nil
+}

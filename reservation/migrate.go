@@ -1,0 +1,139 @@
+package reservation
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"fmt"
+	"io/fs"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/holdtime/holdtime/conntag"
+)
+
+//go:embed migrations/*.sql
+var migrationFiles embed.FS
+
+const (
+	createMigrations = `CREATE TABLE IF NOT EXISTS holdtime_reservation_migrations (
+    version    INT NOT NULL PRIMARY KEY,
+    name       VARCHAR(255) NOT NULL,
+    applied_at DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)
+) ENGINE=InnoDB`
+	selectMigrations = `SELECT version FROM holdtime_reservation_migrations`
+	insertMigration  = `INSERT INTO holdtime_reservation_migrations (version, name) VALUES (?, ?)`
+	// GET_LOCK serialises concurrent Migrate calls (several app instances
+	// starting at once); DDL cannot run inside a transaction.
+	migrateLock       = `SELECT GET_LOCK('holdtime_reservation_migrate', 60)`
+	migrateUnlock     = `DO RELEASE_LOCK('holdtime_reservation_migrate')`
+	migrationFileGlob = "migrations/*.sql"
+)
+
+type migration struct {
+	version    int
+	name       string
+	statements []string
+}
+
+// migrations returns the embedded migrations in version order. A file is
+// named NNN_name.sql and holds statements ending in ';' at the end of a line.
+func migrations() ([]migration, error) {
+	names, err := fs.Glob(migrationFiles, migrationFileGlob)
+	if err != nil {
+		return nil, err
+	}
+	var out []migration
+	for _, path := range names {
+		name := strings.TrimPrefix(path, "migrations/")
+		num, _, ok := strings.Cut(name, "_")
+		version, err := strconv.Atoi(num)
+		if !ok || err != nil {
+			return nil, fmt.Errorf("reservation: migration %s is not named NNN_name.sql", name)
+		}
+		body, err := migrationFiles.ReadFile(path)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, migration{version: version, name: name, statements: splitStatements(string(body))})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].version < out[j].version })
+	return out, nil
+}
+
+// splitStatements splits a migration file into statements, dropping "--"
+// comment lines.
+func splitStatements(body string) []string {
+	var stmts []string
+	var cur strings.Builder
+	for line := range strings.Lines(body) {
+		trimmed := strings.TrimSpace(line)
+		if trimmed == "" || strings.HasPrefix(trimmed, "--") {
+			continue
+		}
+		cur.WriteString(line)
+		if strings.HasSuffix(trimmed, ";") {
+			stmts = append(stmts, strings.TrimSuffix(strings.TrimSpace(cur.String()), ";"))
+			cur.Reset()
+		}
+	}
+	if s := strings.TrimSpace(cur.String()); s != "" {
+		stmts = append(stmts, s)
+	}
+	return stmts
+}
+
+// Migrate creates or updates the engine's tables. It is idempotent and safe
+// to call from several processes at once.
+func (e *Engine) Migrate(ctx context.Context) error {
+	ctx = conntag.WithTag(ctx, e.cfg.Tags.Stock)
+	ms, err := migrations()
+	if err != nil {
+		return err
+	}
+	conn, err := e.db.Conn(ctx)
+	if err != nil {
+		return fmt.Errorf("reservation: migrate: get a connection: %w", err)
+	}
+	defer conn.Close()
+	var locked sql.NullInt64
+	if err := conn.QueryRowContext(ctx, migrateLock).Scan(&locked); err != nil || locked.Int64 != 1 {
+		return fmt.Errorf("reservation: migrate: another Migrate held the lock for 60 s (%v): retry", err)
+	}
+	defer conn.ExecContext(context.WithoutCancel(ctx), migrateUnlock)
+
+	if _, err := conn.ExecContext(ctx, createMigrations); err != nil {
+		return fmt.Errorf("reservation: migrate: create the migrations table (does the user have CREATE?): %w", err)
+	}
+	applied := map[int]bool{}
+	rows, err := conn.QueryContext(ctx, selectMigrations)
+	if err != nil {
+		return fmt.Errorf("reservation: migrate: %w", err)
+	}
+	for rows.Next() {
+		var v int
+		if err := rows.Scan(&v); err != nil {
+			rows.Close()
+			return fmt.Errorf("reservation: migrate: %w", err)
+		}
+		applied[v] = true
+	}
+	if err := rows.Close(); err != nil {
+		return fmt.Errorf("reservation: migrate: %w", err)
+	}
+	for _, m := range ms {
+		if applied[m.version] {
+			continue
+		}
+		for _, stmt := range m.statements {
+			if _, err := conn.ExecContext(ctx, stmt); err != nil {
+				return fmt.Errorf("reservation: migrate: %s failed (fix the cause and run Migrate again; statements are idempotent): %w", m.name, err)
+			}
+		}
+		if _, err := conn.ExecContext(ctx, insertMigration, m.version, m.name); err != nil {
+			return fmt.Errorf("reservation: migrate: record %s: %w", m.name, err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,180 @@
+package reservation
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"strings"
+	"time"
+
+	"github.com/holdtime/holdtime/conntag"
+)
+
+// poolState is one item/group's accounting, read under its ledger lock.
+type poolState struct {
+	onHand int64 // stocked, not claimed (ledger)
+	pooled int64 // unit rows (or the counter) available to reserve
+	held   int64 // reserved quantities
+	found  bool  // the ledger row exists
+}
+
+// ledgerOnly is the units neither pooled nor held: what a refill may pool.
+func (s poolState) ledgerOnly() int64 { return s.onHand - s.pooled - s.held }
+
+// sellable is what the ledger says can still be reserved.
+func (s poolState) sellable() int64 { return s.onHand - s.held }
+
+// poolState locks the ledger row (the per-item/group lock) and reads the
+// pool and the holds in one statement, so that both come from one snapshot.
+func (e *Engine) poolState(ctx context.Context, tx *sql.Tx, key ItemKey) (poolState, error) {
+	var st poolState
+	err := tx.QueryRowContext(ctx, lockLedger, key.ShopID, key.ItemID, key.GroupID).Scan(&st.onHand)
+	if errors.Is(err, sql.ErrNoRows) {
+		return st, nil
+	}
+	if err != nil {
+		return st, classify(err)
+	}
+	st.found = true
+	q := countUnits
+	if e.cfg.Strategy == StrategyCounter {
+		q = countCounter
+	}
+	err = tx.QueryRowContext(ctx, q, key.ShopID, key.ItemID, key.GroupID, key.ShopID, key.ItemID, key.GroupID).
+		Scan(&st.pooled, &st.held)
+	return st, classify(err)
+}
+
+// refill tops up the pool of key to Config.PoolSize from ledger-only units
+// when it holds fewer than need units or is below half full. It is single
+// flight per item/group: concurrent callers queue on the ledger row lock and
+// find the pool already refilled. It returns the state after the refill.
+func (e *Engine) refill(ctx context.Context, key ItemKey, need int64) (poolState, int64, error) {
+	ctx = conntag.WithTag(ctx, e.cfg.Tags.Refill)
+	tx, err := e.begin(ctx)
+	if err != nil {
+		return poolState{}, 0, err
+	}
+	defer tx.Rollback()
+	st, err := e.poolState(ctx, tx, key)
+	if err != nil || !st.found {
+		return st, 0, err
+	}
+	var add int64
+	if st.pooled < need || st.pooled < int64(e.cfg.PoolSize)/2 {
+		// A line bigger than the pool gets a pool big enough for it.
+		add = min(st.ledgerOnly(), max(int64(e.cfg.PoolSize), need)-st.pooled)
+	}
+	if add > 0 {
+		if err := e.addToPool(ctx, tx, key, add); err != nil {
+			return st, 0, err
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return st, 0, classify(err)
+	}
+	st.pooled += max(add, 0)
+	e.hotMu.Lock()
+	if old, ok := e.hot[key]; ok || len(e.hot) < maxHot {
+		e.depth.Add(st.pooled - max(old, 0))
+		e.hot[key] = st.pooled
+	}
+	e.hotMu.Unlock()
+	if add > 0 {
+		e.stats.refilledUnits.Add(add)
+		e.metrics.refilledUnits(ctx, add)
+		return st, add, nil
+	}
+	return st, 0, nil
+}
+
+// addToPool makes n units reservable: unit rows, or the counter.
+func (e *Engine) addToPool(ctx context.Context, tx *sql.Tx, key ItemKey, n int64) error {
+	if e.cfg.Strategy == StrategyCounter {
+		_, err := tx.ExecContext(ctx, addCounter, key.ShopID, key.ItemID, key.GroupID, n, n)
+		return classify(err)
+	}
+	// Fresh auto-increment rows: under READ COMMITTED the insert waits for
+	// no lock a reserve holds (no gap locks), whatever it is doing.
+	for n > 0 {
+		k := min(n, insertUnitsMax)
+		if _, err := tx.ExecContext(ctx, insertUnits, key.ShopID, key.ItemID, key.GroupID, k); err != nil {
+			return classify(err)
+		}
+		n -= k
+	}
+	return nil
+}
+
+// Refill tops up the pool of one item/group now, returning the units added.
+// Run does this in the background; call it to warm a pool before a sale.
+func (e *Engine) Refill(ctx context.Context, key ItemKey) (int64, error) {
+	r := e.newRetrier("refill")
+	for {
+		_, added, err := e.refill(ctx, key, int64(e.cfg.PoolSize))
+		if err == nil {
+			return added, nil
+		}
+		if err = r.again(ctx, err); err != nil {
+			return 0, err
+		}
+	}
+}
+
+// Run does the engine's background work until ctx is done: it tops up the
+// pools of items reserved or stocked recently and returns expired holds to
+// the pool. Errors are logged to Config.Logger and retried next interval.
+// Run returns nil when ctx is cancelled.
+func (e *Engine) Run(ctx context.Context) error {
+	refill := time.NewTicker(e.cfg.RefillInterval)
+	defer refill.Stop()
+	expire := time.NewTicker(e.cfg.ExpiryInterval)
+	defer expire.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-refill.C:
+			e.refillHot(ctx)
+		case <-expire.C:
+			if _, err := e.ExpireDue(ctx); err != nil && ctx.Err() == nil {
+				e.cfg.Logger.ErrorContext(ctx, "reservation: expiry sweep failed", "error", err)
+			}
+		}
+	}
+}
+
+// refillHot refills the pools of the items used since the last run.
+func (e *Engine) refillHot(ctx context.Context) {
+	e.hotMu.Lock()
+	keys := make([]ItemKey, 0, len(e.hot))
+	for k := range e.hot {
+		keys = append(keys, k)
+	}
+	e.hotMu.Unlock()
+	for _, k := range keys {
+		if ctx.Err() != nil {
+			return
+		}
+		if _, err := e.Refill(ctx, k); err != nil && ctx.Err() == nil {
+			e.cfg.Logger.ErrorContext(ctx, "reservation: background refill failed", "item", k, "error", err)
+		}
+		e.metrics.backgroundRefill(ctx)
+	}
+}
+
+func deleteUnits(ctx context.Context, tx *sql.Tx, ids []uint64) error {
+	var b strings.Builder
+	b.WriteString(deleteUnitsPrefix)
+	args := make([]any, len(ids))
+	for i, id := range ids {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteByte('?')
+		args[i] = id
+	}
+	b.WriteByte(')')
+	_, err := tx.ExecContext(ctx, b.String(), args...)
+	return classify(err)
+}

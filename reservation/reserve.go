@@ -1,0 +1,400 @@
+package reservation
+
+import (
+	"cmp"
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/holdtime/holdtime/conntag"
+)
+
+// Line is one line of a cart.
+type Line struct {
+	ItemID   uint64
+	Quantity int64
+	// GroupIDs are the location groups that may fulfil the line, in
+	// priority order. A line takes units from the first group that has
+	// them, and is split over groups when one has too few.
+	GroupIDs []uint64
+}
+
+// ReserveParams is a cart to reserve.
+type ReserveParams struct {
+	ShopID uint64
+	// ReservationID is the idempotency key (at most 64 ASCII bytes): a
+	// retry with the same id returns the same reservation.
+	ReservationID string
+	Lines         []Line
+	// TTL is how long the hold lasts before expiry returns it to the pool.
+	// Default Config.TTL.
+	TTL time.Duration
+	// InTx, when set, runs inside the reserve transaction after the holds
+	// are written and before the commit (for example to insert an order
+	// row atomically with the hold). It may run more than once: a failed
+	// attempt is rolled back and retried. An error from it aborts Reserve.
+	InTx func(ctx context.Context, tx *sql.Tx) error
+}
+
+// State is where a reservation is in its life.
+type State string
+
+const (
+	StateHeld     State = "held"
+	StateClaimed  State = "claimed"
+	StateReleased State = "released"
+	StateExpired  State = "expired"
+)
+
+// ReservedLine is the quantity held in one location group.
+type ReservedLine struct {
+	ItemID   uint64
+	GroupID  uint64
+	Quantity int64
+}
+
+// Reservation is a hold on units.
+type Reservation struct {
+	ShopID uint64
+	ID     string
+	State  State
+	// ExpiresAt is when the hold expires. The database clock decides; for
+	// a new reservation this is the application's estimate (start + TTL).
+	ExpiresAt time.Time
+	// Lines are what is held per item and location group. Empty once the
+	// reservation is no longer held.
+	Lines []ReservedLine
+}
+
+// part is the quantity one attempt takes from one location group for a line.
+type part struct {
+	line     int
+	groupIdx int // index into the line's GroupIDs
+	key      ItemKey
+	qty      int64
+}
+
+func (p ReserveParams) validate(maxLines int) error {
+	if p.ReservationID == "" || len(p.ReservationID) > 64 {
+		return fmt.Errorf("reservation: ReservationID must be 1 to 64 bytes, got %d", len(p.ReservationID))
+	}
+	for i := 0; i < len(p.ReservationID); i++ {
+		if c := p.ReservationID[i]; c < 0x20 || c > 0x7e {
+			return errors.New("reservation: ReservationID must be printable ASCII (use a UUID or an order number)")
+		}
+	}
+	if len(p.Lines) == 0 || len(p.Lines) > maxLines {
+		return fmt.Errorf("reservation: a cart needs 1 to %d lines (Config.MaxLines), got %d", maxLines, len(p.Lines))
+	}
+	for i, l := range p.Lines {
+		if l.Quantity <= 0 || l.Quantity > maxPoolSize {
+			return fmt.Errorf("reservation: line %d quantity %d must be 1 to %d", i, l.Quantity, maxPoolSize)
+		}
+		if len(l.GroupIDs) == 0 {
+			return fmt.Errorf("reservation: line %d (item %d) names no location group", i, l.ItemID)
+		}
+	}
+	if p.TTL < 0 {
+		return fmt.Errorf("reservation: TTL %v is negative", p.TTL)
+	}
+	return nil
+}
+
+// Reserve holds the units of every line of a cart, all or nothing, in one
+// short READ COMMITTED transaction. It returns ErrInsufficientStock when the
+// ledger cannot cover a line, and an error matching ErrRetryable when
+// contention or database errors outlast Config.RetryBudget.
+func (e *Engine) Reserve(ctx context.Context, p ReserveParams) (*Reservation, error) {
+	if err := p.validate(e.cfg.MaxLines); err != nil {
+		return nil, err
+	}
+	ctx = conntag.WithTag(ctx, e.cfg.Tags.Reserve)
+	start := time.Now()
+	res, err := e.reserve(ctx, p)
+	e.metrics.op(ctx, opReserve, start, err)
+	if err != nil {
+		return nil, fmt.Errorf("reservation: reserve %s: %w", p.ReservationID, err)
+	}
+	return res, nil
+}
+
+func (e *Engine) reserve(ctx context.Context, p ReserveParams) (*Reservation, error) {
+	ttl := cmp.Or(p.TTL, e.cfg.TTL)
+	parts := make([]part, len(p.Lines))
+	for i, l := range p.Lines {
+		parts[i] = part{line: i, key: ItemKey{p.ShopID, l.ItemID, l.GroupIDs[0]}, qty: l.Quantity}
+	}
+	r := e.newRetrier(opReserve)
+	for {
+		start := time.Now()
+		short, err := e.reserveOnce(ctx, p, parts, ttl)
+		if err == nil && short == nil {
+			e.stats.reserves.Add(1)
+			for _, pt := range parts {
+				e.markHot(pt.key)
+			}
+			return &Reservation{ShopID: p.ShopID, ID: p.ReservationID, State: StateHeld,
+				ExpiresAt: start.Add(ttl), Lines: heldLines(parts)}, nil
+		}
+		if errors.Is(err, errDuplicate) {
+			return e.lookup(ctx, p.ShopID, p.ReservationID)
+		}
+		if short != nil {
+			parts, err = e.replan(ctx, p, parts, short)
+			if errors.Is(err, ErrInsufficientStock) {
+				// A retry of a reservation that already succeeded must get
+				// it back, even when the item has sold out since.
+				if res, lerr := e.lookup(ctx, p.ShopID, p.ReservationID); lerr == nil {
+					return res, nil
+				}
+			}
+			if err == nil && time.Now().Before(r.deadline) {
+				continue // refilled or moved to another group: try at once
+			}
+			if err == nil {
+				err = errContention
+			}
+		}
+		if err = r.again(ctx, err); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// reserveOnce is one attempt. It returns the shortfall per part when a
+// unit fetch came back short (and rolls back), or nil.
+func (e *Engine) reserveOnce(ctx context.Context, p ReserveParams, parts []part, ttl time.Duration) ([]int64, error) {
+	tx, err := e.begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer tx.Rollback()
+	if e.cfg.Strategy == StrategyCounter {
+		short, err := e.takeCounters(ctx, tx, parts)
+		if err != nil || short != nil {
+			return short, err
+		}
+	} else {
+		short, err := e.takeUnits(ctx, tx, parts)
+		if err != nil || short != nil {
+			return short, err
+		}
+	}
+	if _, err := tx.ExecContext(ctx, insertReservation, p.ShopID, p.ReservationID, ttl.Microseconds()); err != nil {
+		return nil, classify(err)
+	}
+	if err := insertHeld(ctx, tx, p.ShopID, p.ReservationID, heldLines(parts)); err != nil {
+		return nil, err
+	}
+	if p.InTx != nil {
+		if err := p.InTx(ctx, tx); err != nil {
+			return nil, fmt.Errorf("InTx: %w", err)
+		}
+	}
+	return nil, classify(tx.Commit())
+}
+
+// takeUnits locks and deletes the units of every part, fetching them for all
+// parts in one statement.
+func (e *Engine) takeUnits(ctx context.Context, tx *sql.Tx, parts []part) ([]int64, error) {
+	branch := fetchUnitsSkipLocked
+	if e.cfg.Strategy == StrategyForUpdate {
+		branch = fetchUnitsForUpdate
+	}
+	var q strings.Builder
+	q.Grow(len(parts) * (len(branch) + len(fetchUnitsJoin)))
+	args := make([]any, 0, 5*len(parts))
+	for i, pt := range parts {
+		if i > 0 {
+			q.WriteString(fetchUnitsJoin)
+		}
+		q.WriteString(branch)
+		args = append(args, i, pt.key.ShopID, pt.key.ItemID, pt.key.GroupID, pt.qty)
+	}
+	rows, err := tx.QueryContext(ctx, q.String(), args...)
+	if err != nil {
+		return nil, classify(err)
+	}
+	got := make([]int64, len(parts))
+	var ids []uint64
+	for rows.Next() {
+		var i int
+		var id uint64
+		if err := rows.Scan(&i, &id); err != nil {
+			rows.Close()
+			return nil, classify(err)
+		}
+		got[i]++
+		ids = append(ids, id)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, classify(err)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, classify(err)
+	}
+	if short := e.shortfall(ctx, parts, got); short != nil {
+		return short, nil
+	}
+	return nil, deleteUnits(ctx, tx, ids)
+}
+
+// takeCounters decrements the counter of every part, in key order so that
+// concurrent multi-line carts queue instead of deadlocking.
+func (e *Engine) takeCounters(ctx context.Context, tx *sql.Tx, parts []part) ([]int64, error) {
+	order := make([]int, len(parts))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(a, b int) int { return compareKeys(parts[a].key, parts[b].key) })
+	got := make([]int64, len(parts))
+	for _, i := range order {
+		pt := parts[i]
+		res, err := tx.ExecContext(ctx, takeCounter, pt.qty, pt.key.ShopID, pt.key.ItemID, pt.key.GroupID, pt.qty)
+		if err != nil {
+			return nil, classify(err)
+		}
+		if n, _ := res.RowsAffected(); n == 1 {
+			got[i] = pt.qty
+		} else {
+			break
+		}
+	}
+	return e.shortfall(ctx, parts, got), nil
+}
+
+// shortfall returns what each part lacks, or nil when nothing does.
+func (e *Engine) shortfall(ctx context.Context, parts []part, got []int64) []int64 {
+	var short []int64
+	for i, pt := range parts {
+		if got[i] < pt.qty {
+			if short == nil {
+				short = make([]int64, len(parts))
+			}
+			short[i] = pt.qty - got[i]
+			e.stats.unitsSkipped.Add(short[i])
+		}
+	}
+	if short != nil {
+		e.stats.shortReads.Add(1)
+		e.metrics.shortRead(ctx, short)
+	}
+	return short
+}
+
+// replan reacts to a short fetch: it refills the short pools inline and
+// asks the ledger whether each group can cover its part. A group that
+// cannot keeps what it has and hands the rest to the line's next group; a
+// line with no group left is ErrInsufficientStock. When every group can
+// cover its part, the shortfall was contention (units locked by in-flight
+// reserves): replan returns errContention unless a refill added units.
+func (e *Engine) replan(ctx context.Context, p ReserveParams, parts []part, short []int64) ([]part, error) {
+	var next []part
+	refilled, moved := false, false
+	for i, pt := range parts {
+		if short[i] == 0 {
+			next = append(next, pt)
+			continue
+		}
+		start := time.Now()
+		st, added, err := e.refill(ctx, pt.key, pt.qty)
+		e.metrics.refillWait(ctx, time.Since(start))
+		if err != nil {
+			return parts, err
+		}
+		if added > 0 {
+			refilled = true
+			e.stats.inlineRefills.Add(1)
+		}
+		if sellable := st.sellable(); sellable < pt.qty {
+			moved = true
+			if sellable > 0 {
+				keep := pt
+				keep.qty = sellable
+				next = append(next, keep)
+			}
+			groups := p.Lines[pt.line].GroupIDs
+			if pt.groupIdx+1 >= len(groups) {
+				return parts, fmt.Errorf("%w: item %d has %d sellable units in group %d, the cart needs %d more",
+					ErrInsufficientStock, pt.key.ItemID, max(sellable, 0), pt.key.GroupID, pt.qty-max(sellable, 0))
+			}
+			rest := part{line: pt.line, groupIdx: pt.groupIdx + 1, qty: pt.qty - max(sellable, 0)}
+			rest.key = ItemKey{p.ShopID, p.Lines[pt.line].ItemID, groups[rest.groupIdx]}
+			next = append(next, rest)
+			continue
+		}
+		next = append(next, pt)
+	}
+	if refilled || moved {
+		return next, nil
+	}
+	return next, errContention
+}
+
+// heldLines sums parts per item/group, the rows of reserved quantities.
+func heldLines(parts []part) []ReservedLine {
+	lines := make([]ReservedLine, 0, len(parts))
+	for _, pt := range parts {
+		i := slices.IndexFunc(lines, func(l ReservedLine) bool {
+			return l.ItemID == pt.key.ItemID && l.GroupID == pt.key.GroupID
+		})
+		if i < 0 {
+			lines = append(lines, ReservedLine{ItemID: pt.key.ItemID, GroupID: pt.key.GroupID})
+			i = len(lines) - 1
+		}
+		lines[i].Quantity += pt.qty
+	}
+	return lines
+}
+
+func insertHeld(ctx context.Context, tx *sql.Tx, shopID uint64, id string, lines []ReservedLine) error {
+	var q strings.Builder
+	q.WriteString(insertReservedPrefix)
+	args := make([]any, 0, 5*len(lines))
+	for i, l := range lines {
+		if i > 0 {
+			q.WriteString(", ")
+		}
+		q.WriteString(insertReservedRow)
+		args = append(args, shopID, id, l.ItemID, l.GroupID, l.Quantity)
+	}
+	_, err := tx.ExecContext(ctx, q.String(), args...)
+	return classify(err)
+}
+
+// lookup returns a stored reservation, for retries of a reserve.
+func (e *Engine) lookup(ctx context.Context, shopID uint64, id string) (*Reservation, error) {
+	res := &Reservation{ShopID: shopID, ID: id}
+	var state string
+	var expires float64 // UNIX_TIMESTAMP: no need for parseTime in the caller's DSN
+	err := e.db.QueryRowContext(ctx, selectReservation, shopID, id).Scan(&state, &expires)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, ErrNotFound
+	}
+	if err != nil {
+		return nil, classify(err)
+	}
+	res.State = State(state)
+	res.ExpiresAt = time.UnixMicro(int64(expires * 1e6))
+	rows, err := e.db.QueryContext(ctx, selectReserved, shopID, id)
+	if err != nil {
+		return nil, classify(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var l ReservedLine
+		if err := rows.Scan(&l.ItemID, &l.GroupID, &l.Quantity); err != nil {
+			return nil, classify(err)
+		}
+		res.Lines = append(res.Lines, l)
+	}
+	return res, classify(rows.Err())
+}
+
+func compareKeys(a, b ItemKey) int {
+	return cmp.Or(cmp.Compare(a.ShopID, b.ShopID), cmp.Compare(a.ItemID, b.ItemID), cmp.Compare(a.GroupID, b.GroupID))
+}

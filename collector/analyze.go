@@ -1,0 +1,370 @@
+package collector
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"time"
+)
+
+// Filter selects the holds a report covers. The zero value selects all.
+type Filter struct {
+	// From and To bound the time window; hold time is clipped to it. A zero
+	// value leaves that side open.
+	From, To   time.Time
+	Tags       []string
+	Users      []string
+	Hostgroups []int
+}
+
+// AnalyzeConfig is what `holdtime analyze` reads and how it reports. The
+// zero value reads nothing; set EventsLogs and/or ProcesslistFiles.
+type AnalyzeConfig struct {
+	EventsLogs       []string // ProxySQL JSON events log files, oldest first
+	ProcesslistFiles []string // processlist recordings (see RECORDING.md)
+	Filter           Filter
+	// LongestHolds is how many of the longest holds to keep per tag and
+	// overall. Default 5.
+	LongestHolds int
+	// MaxTags caps the number of distinct tags; hold time of further tags
+	// goes to OverflowTag. Default 1000.
+	MaxTags     int
+	EventsLog   EventsLogConfig
+	Attributor  AttributorConfig
+	Processlist ProcesslistConfig
+}
+
+// OverflowTag collects hold time of tags beyond AnalyzeConfig.MaxTags.
+const OverflowTag = "overflow"
+
+// ErrNoInput means there was nothing to analyse.
+var ErrNoInput = errors.New("no input: give at least one events log file or processlist recording")
+
+// Analyze reads the configured inputs and returns the per-tag report.
+// Partial input (malformed lines, a truncated gzip file) still yields a
+// report, with what was skipped in its Sources.
+func Analyze(ctx context.Context, cfg AnalyzeConfig) (*Report, error) {
+	if len(cfg.EventsLogs) == 0 && len(cfg.ProcesslistFiles) == 0 {
+		return nil, ErrNoInput
+	}
+	agg := NewAggregator(cfg)
+	attr := NewAttributor(cfg.Attributor, agg.AddHold)
+	var events *EventsReader
+	if len(cfg.EventsLogs) > 0 {
+		events = OpenEventsLog(ctx, cfg.EventsLogs, cfg.EventsLog)
+		defer events.Close()
+	}
+	var samples *ProcesslistReader
+	var sampler *SampleAttributor
+	if len(cfg.ProcesslistFiles) > 0 {
+		var err error
+		samples, err = OpenProcesslist(cfg.ProcesslistFiles)
+		if err != nil {
+			return nil, err
+		}
+		defer samples.Close()
+		var tagOf func(uint64) (string, bool)
+		if events != nil {
+			tagOf = attr.TagOf
+		}
+		sampler = NewSampleAttributor(cfg.Processlist, tagOf, agg.AddSample)
+	}
+
+	// Feed both inputs in time order, so a sample sees the events log's
+	// state of its session at the sample time.
+	haveEvent := events != nil && events.Next()
+	haveRow := samples != nil && samples.Next()
+	for haveEvent || haveRow {
+		if haveRow && (!haveEvent || samples.Row().SampleTime.UnixMicro() <= events.Event().EndUS) {
+			sampler.Add(samples.Row())
+			haveRow = samples.Next()
+			continue
+		}
+		attr.Add(events.Event())
+		haveEvent = events.Next()
+	}
+	if events != nil {
+		if err := events.Err(); err != nil {
+			return nil, err
+		}
+	}
+	if samples != nil {
+		if err := samples.Err(); err != nil {
+			return nil, err
+		}
+		sampler.Flush()
+	}
+	attr.Flush()
+	var es *ReadStats
+	if events != nil {
+		st := events.Stats()
+		es = &st
+	}
+	var ps *ProcesslistStats
+	if samples != nil {
+		st := sampler.Stats()
+		st.Malformed, st.MalformedLines = samples.Malformed()
+		ps = &st
+	}
+	return agg.Report(es, ps), nil
+}
+
+// Aggregator sums holds and samples per tag in bounded memory.
+type Aggregator struct {
+	cfg     AnalyzeConfig
+	fromUS  int64
+	toUS    int64
+	tags    map[string]*tagAgg
+	longest []HoldReport
+	firstUS int64
+	lastUS  int64
+}
+
+type tagAgg struct {
+	hold, active, idle, pinnedIdle      int64 // microseconds, clipped to the window
+	holds, txns, stmts, prepares, execs int64
+	mixed, truncated                    int64
+	pins                                map[string]int64
+	reasons                             map[string]int64
+	hist                                histogram
+	longest                             []HoldReport
+	sampled                             SampledReport
+}
+
+// NewAggregator returns an empty aggregator for cfg's filter and limits.
+func NewAggregator(cfg AnalyzeConfig) *Aggregator {
+	if cfg.LongestHolds == 0 {
+		cfg.LongestHolds = 5
+	}
+	if cfg.MaxTags == 0 {
+		cfg.MaxTags = 1000
+	}
+	a := &Aggregator{cfg: cfg, tags: make(map[string]*tagAgg), toUS: 1<<63 - 1}
+	if !cfg.Filter.From.IsZero() {
+		a.fromUS = cfg.Filter.From.UnixMicro()
+	}
+	if !cfg.Filter.To.IsZero() {
+		a.toUS = cfg.Filter.To.UnixMicro()
+	}
+	return a
+}
+
+func (a *Aggregator) tag(name string) *tagAgg {
+	t := a.tags[name]
+	if t != nil {
+		return t
+	}
+	if len(a.tags) >= a.cfg.MaxTags && name != UnknownTag && name != UntaggedTag {
+		name = OverflowTag
+		if t = a.tags[name]; t != nil {
+			return t
+		}
+	}
+	t = &tagAgg{pins: make(map[string]int64), reasons: make(map[string]int64)}
+	a.tags[name] = t
+	return t
+}
+
+func (a *Aggregator) selected(tag, user string, hostgroup int) bool {
+	f := &a.cfg.Filter
+	return (len(f.Tags) == 0 || slices.Contains(f.Tags, tag)) &&
+		(len(f.Users) == 0 || slices.Contains(f.Users, user)) &&
+		(len(f.Hostgroups) == 0 || slices.Contains(f.Hostgroups, hostgroup))
+}
+
+// AddHold adds one hold; it is the Attributor's emit function.
+func (a *Aggregator) AddHold(h *Hold) {
+	if !a.selected(h.Tag, h.User, h.Hostgroup) {
+		return
+	}
+	start, end := max(h.StartUS, a.fromUS), min(h.EndUS, a.toUS)
+	if end < start || (end == start && (h.StartUS < a.fromUS || h.StartUS >= a.toUS)) {
+		return
+	}
+	if a.firstUS == 0 || start < a.firstUS {
+		a.firstUS = start
+	}
+	a.lastUS = max(a.lastUS, end)
+	t := a.tag(h.Tag)
+	t.stmts += int64(h.Statements)
+	t.prepares += int64(h.Prepares)
+	t.execs += int64(h.Executes)
+	if h.Kind == HoldLocal {
+		return
+	}
+	clipped := end - start
+	frac := 1.0
+	if d := h.DurationUS(); d > 0 {
+		frac = float64(clipped) / float64(d)
+	}
+	active := min(h.ActiveUS, h.DurationUS())
+	t.hold += clipped
+	t.active += int64(float64(active) * frac)
+	t.idle += int64(float64(h.DurationUS()-active) * frac)
+	t.pinnedIdle += int64(float64(h.PinnedIdleUS) * frac)
+	t.holds++
+	if h.Kind == HoldTransaction {
+		t.txns++
+	}
+	if h.MixedTags {
+		t.mixed++
+	}
+	if h.Truncated {
+		t.truncated++
+	}
+	for _, name := range h.Pins.Names() {
+		t.pins[name]++
+	}
+	if h.UnknownReason != "" {
+		t.reasons[h.UnknownReason] += clipped
+	}
+	t.hist.add(h.DurationUS())
+	hr := HoldReport{
+		Tag: h.Tag, SessionID: h.SessionID, Client: h.Client, User: h.User, Hostgroup: h.Hostgroup,
+		Kind: h.Kind.String(), Start: time.UnixMicro(h.StartUS).UTC(), Seconds: seconds(h.DurationUS()),
+		IdleSeconds: seconds(h.DurationUS() - active), Statements: h.Statements, Pins: h.Pins.Names(),
+		UnknownReason: h.UnknownReason, Truncated: h.Truncated,
+	}
+	t.longest = keepLongest(t.longest, hr, a.cfg.LongestHolds)
+	a.longest = keepLongest(a.longest, hr, a.cfg.LongestHolds)
+}
+
+// keepLongest inserts h into list, sorted longest first, kept to n entries.
+// It allocates only when a hold makes the list.
+func keepLongest(list []HoldReport, h HoldReport, n int) []HoldReport {
+	if len(list) == n && h.Seconds <= list[n-1].Seconds {
+		return list
+	}
+	i := sort.Search(len(list), func(i int) bool { return list[i].Seconds < h.Seconds })
+	if len(list) < n {
+		list = append(list, HoldReport{})
+	}
+	copy(list[i+1:], list[i:])
+	list[i] = h
+	return list
+}
+
+// AddSample adds the hold time one processlist row stands for.
+func (a *Aggregator) AddSample(s *SampledHold) {
+	if !a.selected(s.Tag, s.User, s.Hostgroup) {
+		return
+	}
+	at := s.At.UnixMicro()
+	if at < a.fromUS || at >= a.toUS {
+		return
+	}
+	t := a.tag(s.Tag)
+	sec := s.Seconds
+	t.sampled.Seconds += sec
+	t.sampled.Rows++
+	switch s.TagFrom {
+	case TagFromInfo:
+		t.sampled.FromInfo += sec
+	case TagFromEventsLog:
+		t.sampled.FromEventsLog += sec
+	case TagFromCarried:
+		t.sampled.Carried += sec
+	default:
+		t.sampled.Unknown += sec
+		if s.UnknownReason != "" {
+			t.reasons[s.UnknownReason] += int64(sec * 1e6)
+		}
+	}
+	if s.Pinned {
+		t.sampled.Pinned += sec
+	}
+	if s.AutoIncrementDelay {
+		t.sampled.AutoIncrementDelay += sec
+	}
+}
+
+// Report builds the report from what was added.
+func (a *Aggregator) Report(events *ReadStats, samples *ProcesslistStats) *Report {
+	r := &Report{FormatVersion: ReportVersion, Longest: a.longest}
+	if a.firstUS != 0 {
+		r.From = time.UnixMicro(a.firstUS).UTC()
+		r.To = time.UnixMicro(a.lastUS).UTC()
+	}
+	if !a.cfg.Filter.From.IsZero() {
+		r.From = a.cfg.Filter.From.UTC()
+	}
+	if !a.cfg.Filter.To.IsZero() {
+		r.To = a.cfg.Filter.To.UTC()
+	}
+	if events != nil {
+		r.EventsLog = events
+	}
+	r.Processlist = samples
+	useSamples := events == nil
+	var total float64
+	for name, t := range a.tags {
+		tr := TagReport{
+			Tag: name, Holds: t.holds, Transactions: t.txns, Statements: t.stmts,
+			Prepares: t.prepares, Executes: t.execs,
+			HoldSeconds: seconds(t.hold), ActiveSeconds: seconds(t.active), IdleSeconds: seconds(t.idle),
+			PinnedIdleSeconds: seconds(t.pinnedIdle), MixedTagHolds: t.mixed, TruncatedHolds: t.truncated,
+			P50Seconds: seconds(t.hist.quantile(0.5)), P99Seconds: seconds(t.hist.quantile(0.99)),
+			Longest: t.longest,
+		}
+		if len(t.longest) > 0 {
+			tr.MaxSeconds = t.longest[0].Seconds
+		}
+		if t.hold > 0 {
+			tr.IdleShare = float64(t.idle) / float64(t.hold)
+		}
+		if len(t.pins) > 0 {
+			tr.Pins = t.pins
+		}
+		for reason, us := range t.reasons {
+			tr.UnknownReasons = append(tr.UnknownReasons, ReasonSeconds{Reason: reason, Seconds: seconds(us)})
+		}
+		sort.Slice(tr.UnknownReasons, func(i, j int) bool {
+			return tr.UnknownReasons[i].Seconds > tr.UnknownReasons[j].Seconds
+		})
+		if samples != nil {
+			s := t.sampled
+			tr.Sampled = &s
+			if useSamples {
+				tr.HoldSeconds = s.Seconds
+			}
+		}
+		total += tr.HoldSeconds
+		r.Tags = append(r.Tags, tr)
+	}
+	r.TotalHoldSeconds = total
+	for i := range r.Tags {
+		if total > 0 {
+			r.Tags[i].Share = r.Tags[i].HoldSeconds / total
+		}
+	}
+	sort.Slice(r.Tags, func(i, j int) bool {
+		if r.Tags[i].HoldSeconds != r.Tags[j].HoldSeconds {
+			return r.Tags[i].HoldSeconds > r.Tags[j].HoldSeconds
+		}
+		return r.Tags[i].Tag < r.Tags[j].Tag
+	})
+	r.Notes = notes(events, samples)
+	return r
+}
+
+func notes(events *ReadStats, samples *ProcesslistStats) []string {
+	var n []string
+	if events != nil {
+		n = append(n, "events log: exact start and end of every statement; hold = BEGIN start to COMMIT end, or a statement's own duration outside transactions (misses the client<->ProxySQL round trip, so short statements read a few percent low)")
+		n = append(n, "auto-increment multiplexing delay: not visible in the events log (it carries no insert id); processlist recordings with extended info show it")
+	}
+	if samples != nil {
+		msg := fmt.Sprintf("processlist samples: %d samples, %.1f s of sampled backend hold", samples.Samples, samples.HeldSeconds)
+		if events != nil {
+			msg += "; hold seconds come from the events log, samples cross-check them and say where tags came from"
+		} else {
+			msg += "; hold seconds are estimated from samples (sampling error about ±20% on short transactions)"
+		}
+		n = append(n, msg)
+	}
+	return n
+}
+
+func seconds(us int64) float64 { return float64(us) / 1e6 }

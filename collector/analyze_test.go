@@ -1,0 +1,91 @@
+package collector
+
+import (
+	"context"
+	"encoding/json"
+	"math"
+	"os"
+	"testing"
+)
+
+type expectedTag struct {
+	EventsLogHoldingSeconds float64 `json:"events_log_holding_seconds"`
+	HoldingSeconds          float64 `json:"holding_seconds"`
+	Statements              int64   `json:"statements"`
+	Transactions            int64   `json:"transactions"`
+}
+
+func loadExpected(t *testing.T) map[string]expectedTag {
+	t.Helper()
+	b, err := os.ReadFile("testdata/workload_expected.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var e struct {
+		Tags map[string]expectedTag `json:"tags"`
+	}
+	if err := json.Unmarshal(b, &e); err != nil {
+		t.Fatal(err)
+	}
+	return e.Tags
+}
+
+// expectedTagName maps expected.json's name for untagged sessions to ours.
+func expectedTagName(name string) string {
+	if name == "(untagged)" {
+		return UntaggedTag
+	}
+	return name
+}
+
+func TestAnalyzeWorkloadAccuracy(t *testing.T) {
+	rep, err := Analyze(context.Background(), AnalyzeConfig{EventsLogs: []string{"testdata/workload_events_slice.json.gz"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range loadExpected(t) {
+		got := rep.Tag(expectedTagName(name))
+		if got == nil {
+			t.Errorf("tag %s missing from the report", name)
+			continue
+		}
+		dLog := (got.HoldSeconds - want.EventsLogHoldingSeconds) / want.EventsLogHoldingSeconds
+		dClient := (got.HoldSeconds - want.HoldingSeconds) / want.HoldingSeconds
+		t.Logf("%-20s hold %9.6f s  events-log ref %9.6f (%+.2f%%)  client ref %9.6f (%+.2f%%)  txns %d/%d  stmts %d/%d",
+			name, got.HoldSeconds, want.EventsLogHoldingSeconds, 100*dLog, want.HoldingSeconds, 100*dClient,
+			got.Transactions, want.Transactions, got.Statements, want.Statements)
+		if math.Abs(dLog) > 0.02 {
+			t.Errorf("%s: hold %.6f s is %.2f%% off the events log reference %.6f s (bound 2%%)", name, got.HoldSeconds, 100*dLog, want.EventsLogHoldingSeconds)
+		}
+		if math.Abs(dClient) > 0.15 {
+			t.Errorf("%s: hold %.6f s is %.2f%% off the client reference %.6f s (bound 15%%)", name, got.HoldSeconds, 100*dClient, want.HoldingSeconds)
+		}
+		if got.Transactions != want.Transactions || got.Statements != want.Statements {
+			t.Errorf("%s: %d transactions, %d statements; want %d, %d", name, got.Transactions, got.Statements, want.Transactions, want.Statements)
+		}
+	}
+	if u := rep.Tag(UnknownTag); u != nil {
+		t.Errorf("unknown hold %.6f s on a log that shows every transaction whole: %+v", u.HoldSeconds, u.UnknownReasons)
+	}
+}
+
+func TestAnalyzeStatesLongestHold(t *testing.T) {
+	rep, err := Analyze(context.Background(), AnalyzeConfig{EventsLogs: []string{"testdata/states_eventslog_events.json"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Longest) == 0 {
+		t.Fatal("no longest holds")
+	}
+	top := rep.Longest[0]
+	t.Logf("longest: %+v", top)
+	if top.Tag != "checkout_completion" || top.Kind != "transaction" || top.Seconds < 4.8 || top.Seconds > 5.2 {
+		t.Errorf("longest hold = %s %s %.3f s; want the ~5 s checkout_completion transaction", top.Tag, top.Kind, top.Seconds)
+	}
+	if top.IdleSeconds < 4.8 {
+		t.Errorf("idle %.3f s of the 5 s transaction; want it nearly all idle", top.IdleSeconds)
+	}
+	if it := rep.Tag("implicit_txn"); it == nil || it.Transactions != 1 || it.Pins["autocommit_off"] != 1 {
+		t.Errorf("SET autocommit=0 session: %+v; want one transaction pinned by autocommit_off", it)
+	}
+}

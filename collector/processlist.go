@@ -1,0 +1,592 @@
+package collector
+
+import (
+	"bufio"
+	"database/sql"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// ProcesslistFormatVersion is the version of the recording layout that
+// WriteProcesslist writes and ProcesslistReader reads. RECORDING.md
+// describes it.
+const ProcesslistFormatVersion = 1
+
+// processlistMagic starts the optional first line of a recording. Files
+// without it (such as the captures the layout was modelled on) are read as
+// version 1.
+const processlistMagic = "# holdtime processlist v"
+
+// ProcesslistRow is one row of ProxySQL's stats_mysql_processlist, with the
+// time of the sample it belongs to. Nullable columns use database/sql's Null
+// types so the collector can Scan into them directly.
+type ProcesslistRow struct {
+	SampleTime   time.Time
+	ThreadID     int64
+	SessionID    int64
+	User         sql.NullString
+	DB           sql.NullString
+	CliHost      sql.NullString
+	CliPort      sql.NullInt64
+	Hostgroup    sql.NullInt64
+	LSrvHost     sql.NullString
+	LSrvPort     sql.NullInt64
+	SrvHost      sql.NullString // set while the session holds a backend
+	SrvPort      sql.NullInt64
+	Command      sql.NullString
+	TimeMS       int64
+	Info         sql.NullString // the running statement; NULL when idle
+	StatusFlags  sql.NullInt64
+	ExtendedInfo sql.NullString // JSON, with mysql-show_processlist_extended
+}
+
+// processlistColumns is the recording's column order, after sample_ts: the
+// columns of stats_mysql_processlist as ProxySQL 2.7 returns them.
+var processlistColumns = []string{
+	"ThreadID", "SessionID", "user", "db", "cli_host", "cli_port", "hostgroup", "l_srv_host", "l_srv_port",
+	"srv_host", "srv_port", "command", "time_ms", "info", "status_flags", "extended_info",
+}
+
+// ProcesslistWriter writes samples in the recording layout.
+type ProcesslistWriter struct {
+	w      *bufio.Writer
+	header bool
+}
+
+// NewProcesslistWriter returns a writer of the recording layout to w. Call
+// Flush when done.
+func NewProcesslistWriter(w io.Writer) *ProcesslistWriter {
+	return &ProcesslistWriter{w: bufio.NewWriter(w)}
+}
+
+// Write appends rows, each with its own SampleTime.
+func (pw *ProcesslistWriter) Write(rows []ProcesslistRow) error {
+	if !pw.header {
+		pw.header = true
+		fmt.Fprintf(pw.w, "%s%d\n", processlistMagic, ProcesslistFormatVersion)
+		pw.w.WriteString("sample_ts\t" + strings.Join(processlistColumns, "\t") + "\n")
+	}
+	var buf []byte
+	for i := range rows {
+		r := &rows[i]
+		buf = buf[:0]
+		buf = r.SampleTime.UTC().AppendFormat(buf, sampleTimeLayout)
+		buf = strconv.AppendInt(append(buf, '\t'), r.ThreadID, 10)
+		buf = strconv.AppendInt(append(buf, '\t'), r.SessionID, 10)
+		for _, f := range []any{r.User, r.DB, r.CliHost, r.CliPort, r.Hostgroup, r.LSrvHost, r.LSrvPort,
+			r.SrvHost, r.SrvPort, r.Command, r.TimeMS, r.Info, r.StatusFlags, r.ExtendedInfo} {
+			buf = append(buf, '\t')
+			switch v := f.(type) {
+			case sql.NullString:
+				buf = appendTSVString(buf, v)
+			case sql.NullInt64:
+				if v.Valid {
+					buf = strconv.AppendInt(buf, v.Int64, 10)
+				} else {
+					buf = append(buf, "NULL"...)
+				}
+			case int64:
+				buf = strconv.AppendInt(buf, v, 10)
+			}
+		}
+		buf = append(buf, '\n')
+		if _, err := pw.w.Write(buf); err != nil {
+			return fmt.Errorf("write processlist recording: %w: check free disk space", err)
+		}
+	}
+	return nil
+}
+
+// Flush writes buffered rows.
+func (pw *ProcesslistWriter) Flush() error {
+	if err := pw.w.Flush(); err != nil {
+		return fmt.Errorf("write processlist recording: %w: check free disk space", err)
+	}
+	return nil
+}
+
+// sampleTimeLayout keeps microseconds: the sample clock is what durations
+// are computed from.
+const sampleTimeLayout = "2006-01-02T15:04:05.000000Z07:00"
+
+// appendTSVString writes v the way `mariadb --batch` does: backslash, tab,
+// newline, carriage return and NUL escaped, SQL NULL as NULL. A string that
+// is literally NULL is written \NULL so it reads back as a string.
+func appendTSVString(buf []byte, v sql.NullString) []byte {
+	if !v.Valid {
+		return append(buf, "NULL"...)
+	}
+	if v.String == "NULL" {
+		return append(buf, `\NULL`...)
+	}
+	for i := 0; i < len(v.String); i++ {
+		switch c := v.String[i]; c {
+		case '\\':
+			buf = append(buf, `\\`...)
+		case '\t':
+			buf = append(buf, `\t`...)
+		case '\n':
+			buf = append(buf, `\n`...)
+		case '\r':
+			buf = append(buf, `\r`...)
+		case 0:
+			buf = append(buf, `\0`...)
+		default:
+			buf = append(buf, c)
+		}
+	}
+	return buf
+}
+
+// unescapeTSV reverses appendTSVString for one field.
+func unescapeTSV(f string) sql.NullString {
+	if f == "NULL" {
+		return sql.NullString{}
+	}
+	if strings.IndexByte(f, '\\') < 0 {
+		return sql.NullString{String: f, Valid: true}
+	}
+	var b strings.Builder
+	for i := 0; i < len(f); i++ {
+		c := f[i]
+		if c != '\\' || i+1 == len(f) {
+			b.WriteByte(c)
+			continue
+		}
+		i++
+		switch f[i] {
+		case 't':
+			b.WriteByte('\t')
+		case 'n':
+			b.WriteByte('\n')
+		case 'r':
+			b.WriteByte('\r')
+		case '0':
+			b.WriteByte(0)
+		default:
+			b.WriteByte(f[i])
+		}
+	}
+	return sql.NullString{String: b.String(), Valid: true}
+}
+
+// ProcesslistReader reads recordings, one or more files in order.
+type ProcesslistReader struct {
+	paths     []string
+	next      int
+	file      *os.File
+	sc        *bufio.Scanner
+	name      string
+	lineNo    int64
+	cols      []int // recording column -> field index, -1 for unknown columns
+	row       ProcesslistRow
+	err       error
+	malformed int64
+	bad       []LineRef
+}
+
+// OpenProcesslist returns a reader of the recordings at paths. It fails if
+// the first file cannot be opened.
+func OpenProcesslist(paths []string) (*ProcesslistReader, error) {
+	r := &ProcesslistReader{paths: paths}
+	if err := r.openNext(); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// Row returns the row read by the last successful Next.
+func (r *ProcesslistReader) Row() *ProcesslistRow { return &r.row }
+
+// Err returns the error that stopped reading, if any.
+func (r *ProcesslistReader) Err() error { return r.err }
+
+// Malformed returns how many lines were skipped, and the first of them.
+func (r *ProcesslistReader) Malformed() (int64, []LineRef) { return r.malformed, r.bad }
+
+// Close closes the open file.
+func (r *ProcesslistReader) Close() error {
+	if r.file == nil {
+		return nil
+	}
+	err := r.file.Close()
+	r.file = nil
+	return err
+}
+
+func (r *ProcesslistReader) openNext() error {
+	if err := r.Close(); err != nil {
+		return err
+	}
+	if r.next >= len(r.paths) {
+		r.sc = nil
+		return nil
+	}
+	path := r.paths[r.next]
+	r.next++
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("open processlist recording: %w: check the path", err)
+	}
+	r.file = f
+	r.name = path
+	r.lineNo = 0
+	r.sc = bufio.NewScanner(f)
+	r.sc.Buffer(make([]byte, 64<<10), 16<<20)
+	return r.readHeader()
+}
+
+// readHeader reads the version line, if any, and the column names.
+func (r *ProcesslistReader) readHeader() error {
+	for r.sc.Scan() {
+		r.lineNo++
+		line := r.sc.Text()
+		if v, ok := strings.CutPrefix(line, processlistMagic); ok {
+			n, err := strconv.Atoi(strings.TrimSpace(v))
+			if err != nil || n != ProcesslistFormatVersion {
+				return fmt.Errorf("%s: recording format version %q: this holdtime reads version %d; use the holdtime that recorded it",
+					r.name, v, ProcesslistFormatVersion)
+			}
+			continue
+		}
+		names := strings.Split(line, "\t")
+		if len(names) == 0 || names[0] != "sample_ts" {
+			return fmt.Errorf("%s: first column is %q, not sample_ts: give a processlist recording (see RECORDING.md)", r.name, names[0])
+		}
+		r.cols = r.cols[:0]
+		haveSession := false
+		for _, n := range names[1:] {
+			idx := -1
+			for i, c := range processlistColumns {
+				if strings.EqualFold(c, n) {
+					idx = i
+				}
+			}
+			haveSession = haveSession || idx == 1
+			r.cols = append(r.cols, idx)
+		}
+		if !haveSession {
+			return fmt.Errorf("%s: no SessionID column: give a processlist recording (see RECORDING.md)", r.name)
+		}
+		return nil
+	}
+	if err := r.sc.Err(); err != nil {
+		return fmt.Errorf("read %s: %w", r.name, err)
+	}
+	return nil // empty file
+}
+
+// Next reads the next row, skipping (and counting) malformed lines.
+func (r *ProcesslistReader) Next() bool {
+	for r.err == nil && r.sc != nil {
+		if !r.sc.Scan() {
+			if err := r.sc.Err(); err != nil {
+				r.err = fmt.Errorf("read %s at line %d: %w", r.name, r.lineNo, err)
+				return false
+			}
+			if err := r.openNext(); err != nil {
+				r.err = err
+				return false
+			}
+			continue
+		}
+		r.lineNo++
+		line := r.sc.Text()
+		if line == "" {
+			continue
+		}
+		if err := r.parse(line); err != nil {
+			r.malformed++
+			if len(r.bad) < 20 {
+				r.bad = append(r.bad, LineRef{File: r.name, Line: r.lineNo, Reason: err.Error()})
+			}
+			continue
+		}
+		return true
+	}
+	return false
+}
+
+func (r *ProcesslistReader) parse(line string) error {
+	fields := strings.Split(line, "\t")
+	if len(fields) != len(r.cols)+1 {
+		return fmt.Errorf("%d columns, header has %d", len(fields), len(r.cols)+1)
+	}
+	ts, err := parseSampleTime(fields[0])
+	if err != nil {
+		return err
+	}
+	r.row = ProcesslistRow{SampleTime: ts}
+	row := &r.row
+	for i, f := range fields[1:] {
+		var err error
+		switch r.cols[i] {
+		case 0:
+			row.ThreadID, err = strconv.ParseInt(f, 10, 64)
+		case 1:
+			row.SessionID, err = strconv.ParseInt(f, 10, 64)
+		case 2:
+			row.User = unescapeTSV(f)
+		case 3:
+			row.DB = unescapeTSV(f)
+		case 4:
+			row.CliHost = unescapeTSV(f)
+		case 5:
+			row.CliPort, err = nullInt(f)
+		case 6:
+			row.Hostgroup, err = nullInt(f)
+		case 7:
+			row.LSrvHost = unescapeTSV(f)
+		case 8:
+			row.LSrvPort, err = nullInt(f)
+		case 9:
+			row.SrvHost = unescapeTSV(f)
+		case 10:
+			row.SrvPort, err = nullInt(f)
+		case 11:
+			row.Command = unescapeTSV(f)
+		case 12:
+			row.TimeMS, err = strconv.ParseInt(f, 10, 64)
+		case 13:
+			row.Info = unescapeTSV(f)
+		case 14:
+			row.StatusFlags, err = nullInt(f)
+		case 15:
+			row.ExtendedInfo = unescapeTSV(f)
+		}
+		if err != nil {
+			return fmt.Errorf("column %d: %w", i+2, err)
+		}
+	}
+	return nil
+}
+
+func nullInt(f string) (sql.NullInt64, error) {
+	if f == "NULL" {
+		return sql.NullInt64{}, nil
+	}
+	v, err := strconv.ParseInt(f, 10, 64)
+	return sql.NullInt64{Int64: v, Valid: err == nil}, err
+}
+
+// parseSampleTime reads RFC 3339 times; without a zone they are UTC, as in
+// the captures the layout comes from.
+func parseSampleTime(s string) (time.Time, error) {
+	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+		return t, nil
+	}
+	t, err := time.ParseInLocation("2006-01-02T15:04:05.999999999", s, time.UTC)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("sample_ts %q is not an RFC 3339 time", s)
+	}
+	return t, nil
+}
+
+// TagFrom says where a sampled hold got its tag.
+type TagFrom uint8
+
+const (
+	TagFromUnknown   TagFrom = iota // no source knew it
+	TagFromInfo                     // the statement running at the sample
+	TagFromEventsLog                // the session's open hold in the events log
+	TagFromCarried                  // the last tag the processlist showed for the session
+)
+
+// ReasonIdleUnseen is why an idle-holding sampled session's tag is unknown.
+const ReasonIdleUnseen = "idle holding a backend (transaction or pin) and none of its statements was seen"
+
+// SampledHold is the backend hold one processlist row stands for: the
+// session held a backend from this sample to the next.
+type SampledHold struct {
+	At                 time.Time
+	SessionID          int64
+	Tag                string
+	TagFrom            TagFrom
+	UnknownReason      string
+	User               string
+	Hostgroup          int
+	Seconds            float64
+	Pinned             bool // idle with a backend attached
+	AutoIncrementDelay bool // extended info shows an auto-increment delay token
+}
+
+// carriedTag is the last tag the processlist showed for a session.
+type carriedTag struct {
+	tag  string
+	seen time.Time
+}
+
+// ProcesslistConfig configures a SampleAttributor. The zero value is the
+// default.
+type ProcesslistConfig struct {
+	// MaxSampleGap caps the time one row stands for, so a gap in sampling
+	// is not counted as hold. Default 1s.
+	MaxSampleGap time.Duration
+}
+
+// ProcesslistStats says what the samples contributed.
+type ProcesslistStats struct {
+	Rows           int64     `json:"rows"`
+	Samples        int64     `json:"samples"`
+	HeldRows       int64     `json:"held_rows"`
+	HeldSeconds    float64   `json:"held_seconds"`
+	FromInfo       float64   `json:"tag_from_info_seconds"`
+	FromEventsLog  float64   `json:"tag_from_events_log_seconds"`
+	Carried        float64   `json:"tag_carried_seconds"`
+	Unknown        float64   `json:"tag_unknown_seconds"`
+	Malformed      int64     `json:"malformed_lines"`
+	MalformedLines []LineRef `json:"first_malformed_lines,omitempty"`
+}
+
+// SampleAttributor turns processlist rows into sampled holds per tag. Its
+// state is per session and per sample.
+type SampleAttributor struct {
+	cfg     ProcesslistConfig
+	tagOf   func(uint64) (string, bool)
+	emit    func(*SampledHold)
+	carried map[int64]carriedTag
+	cur     time.Time
+	held    []SampledHold // rows of the current sample, waiting for the next sample's time
+	lastGap time.Duration
+	stats   ProcesslistStats
+	tagBuf  []byte
+	tags    map[string]string
+}
+
+// NewSampleAttributor returns a SampleAttributor. tagOf, if not nil, gives
+// the events log's tag of a session's open hold; emit receives every sampled
+// hold (reused after it returns).
+func NewSampleAttributor(cfg ProcesslistConfig, tagOf func(uint64) (string, bool), emit func(*SampledHold)) *SampleAttributor {
+	if cfg.MaxSampleGap == 0 {
+		cfg.MaxSampleGap = time.Second
+	}
+	return &SampleAttributor{cfg: cfg, tagOf: tagOf, emit: emit, carried: make(map[int64]carriedTag),
+		tags: make(map[string]string)}
+}
+
+// Stats returns what the samples contributed so far.
+func (s *SampleAttributor) Stats() ProcesslistStats { return s.stats }
+
+// Add processes one row. Rows come sample by sample, in time order.
+func (s *SampleAttributor) Add(row *ProcesslistRow) {
+	s.stats.Rows++
+	if !row.SampleTime.Equal(s.cur) {
+		if !s.cur.IsZero() {
+			s.lastGap = row.SampleTime.Sub(s.cur)
+			s.credit(s.lastGap)
+		}
+		s.cur = row.SampleTime
+		s.stats.Samples++
+		if s.stats.Samples%1024 == 0 {
+			// Forget sessions gone from the processlist, so memory follows
+			// live sessions, not all sessions ever seen.
+			for id, c := range s.carried {
+				if s.cur.Sub(c.seen) > 10*time.Minute {
+					delete(s.carried, id)
+				}
+			}
+		}
+	}
+	var tag string
+	from := TagFromUnknown
+	if row.Info.Valid {
+		q := []byte(row.Info.String)
+		if class, _, _ := classify(q); class != classBegin && class != classCommit {
+			t, ok := AppendTag(s.tagBuf[:0], q)
+			s.tagBuf = t[:0]
+			tag, from = UntaggedTag, TagFromInfo
+			if ok {
+				tag = s.intern(t)
+			}
+		}
+	}
+	if from == TagFromInfo {
+		s.carried[row.SessionID] = carriedTag{tag, row.SampleTime}
+	} else if c, ok := s.carried[row.SessionID]; ok {
+		c.seen = row.SampleTime
+		s.carried[row.SessionID] = c
+	}
+	if !row.SrvHost.Valid {
+		return
+	}
+	if from == TagFromUnknown && s.tagOf != nil {
+		if t, ok := s.tagOf(uint64(row.SessionID)); ok {
+			tag, from = t, TagFromEventsLog
+		}
+	}
+	if from == TagFromUnknown {
+		if c, ok := s.carried[row.SessionID]; ok {
+			tag, from = c.tag, TagFromCarried
+		}
+	}
+	h := SampledHold{At: row.SampleTime, SessionID: row.SessionID, Tag: tag, TagFrom: from,
+		User: row.User.String, Hostgroup: int(row.Hostgroup.Int64), Pinned: !row.Info.Valid}
+	if from == TagFromUnknown {
+		h.Tag, h.UnknownReason = UnknownTag, ReasonIdleUnseen
+	}
+	if row.ExtendedInfo.Valid {
+		h.AutoIncrementDelay = autoIncrementDelay(row.ExtendedInfo.String)
+	}
+	s.held = append(s.held, h)
+}
+
+// autoIncrementDelay reports a positive auto_increment_delay_token in the
+// extended JSON: ProxySQL keeps the backend for the next statements after
+// an insert id.
+func autoIncrementDelay(ext string) bool {
+	const key = `"auto_increment_delay_token":`
+	for {
+		i := strings.Index(ext, key)
+		if i < 0 {
+			return false
+		}
+		ext = ext[i+len(key):]
+		if len(ext) > 0 && ext[0] >= '1' && ext[0] <= '9' {
+			return true
+		}
+	}
+}
+
+func (s *SampleAttributor) intern(b []byte) string {
+	if t, ok := s.tags[string(b)]; ok {
+		return t
+	}
+	if len(s.tags) > 10000 {
+		return string(b) // keep memory bounded under a flood of bogus tags
+	}
+	t := string(b)
+	s.tags[t] = t
+	return t
+}
+
+// credit gives the waiting rows of the current sample their duration.
+func (s *SampleAttributor) credit(gap time.Duration) {
+	sec := min(gap, s.cfg.MaxSampleGap).Seconds()
+	for i := range s.held {
+		h := &s.held[i]
+		h.Seconds = sec
+		s.stats.HeldRows++
+		s.stats.HeldSeconds += sec
+		switch h.TagFrom {
+		case TagFromInfo:
+			s.stats.FromInfo += sec
+		case TagFromEventsLog:
+			s.stats.FromEventsLog += sec
+		case TagFromCarried:
+			s.stats.Carried += sec
+		default:
+			s.stats.Unknown += sec
+		}
+		s.emit(h)
+	}
+	s.held = s.held[:0]
+}
+
+// Flush credits the last sample with the previous sampling interval.
+func (s *SampleAttributor) Flush() {
+	s.credit(s.lastGap)
+}

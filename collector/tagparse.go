@@ -1,0 +1,191 @@
+package collector
+
+import "bytes"
+
+// MaxTagLen is the longest tag, in bytes, that the parser returns. It matches
+// conntag's limit; longer names are cut rather than rejected so that a tool
+// writing longer tags still lands in one stable bucket.
+const MaxTagLen = 64
+
+// tagKeyLeading starts conntag's own comment form: /* conn_tag:NAME ... */.
+const tagKeyLeading = "conn_tag:"
+
+// tagKeyCommenter starts the sqlcommenter pair: conn_tag='NAME'.
+const tagKeyCommenter = "conn_tag='"
+
+// tagByte reports whether c may appear in a tag: [A-Za-z0-9_.:-]. It is the
+// grammar conntag writes, so anything else means "not our comment".
+func tagByte(c byte) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' ||
+		c == '_' || c == '.' || c == ':' || c == '-'
+}
+
+// ParseTag returns the tag a statement carries and whether it carries one.
+// It is the convenience form of AppendTag; hot paths use AppendTag with a
+// reused buffer.
+func ParseTag(query string) (string, bool) {
+	var buf [MaxTagLen]byte
+	tag, ok := AppendTag(buf[:0], []byte(query))
+	return string(tag), ok
+}
+
+// AppendTag appends to dst the tag that query carries and reports whether it
+// carries one. Two forms are recognised, in this order:
+//
+//  1. conntag's form: the first /* conn_tag:NAME ... */ among the comments
+//     that lead the statement. Anything after NAME inside the comment (conntag
+//     may add space-separated key:value pairs) is ignored. A NAME followed by a
+//     byte outside the tag grammar is not a tag: guessing a prefix would put
+//     hold time under a tag nobody wrote.
+//  2. sqlcommenter's form: a comment at the very end of the statement holding
+//     comma-separated key='value' pairs, one of them conn_tag='NAME', with the
+//     value URL-encoded. Decoded bytes outside the grammar become '_', as
+//     conntag's sanitiser would have written them.
+//
+// It does not allocate when dst has room for MaxTagLen bytes.
+func AppendTag(dst, query []byte) ([]byte, bool) {
+	if out, ok := appendLeadingTag(dst, query); ok {
+		return out, true
+	}
+	return appendCommenterTag(dst, query)
+}
+
+// appendLeadingTag scans the comments that lead query.
+func appendLeadingTag(dst, q []byte) ([]byte, bool) {
+	for {
+		q = trimLeftSpace(q)
+		if len(q) < 4 || q[0] != '/' || q[1] != '*' {
+			return dst, false
+		}
+		end := bytes.Index(q[2:], []byte("*/"))
+		if end < 0 {
+			return dst, false
+		}
+		body := q[2 : 2+end]
+		q = q[2+end+2:]
+		body = trimLeftSpace(body)
+		if !bytes.HasPrefix(body, []byte(tagKeyLeading)) {
+			continue
+		}
+		name := body[len(tagKeyLeading):]
+		n := 0
+		for n < len(name) && tagByte(name[n]) {
+			n++
+		}
+		if n == 0 || n < len(name) && !isSpace(name[n]) {
+			// Not conntag's grammar; a later leading comment may still be.
+			continue
+		}
+		return append(dst, name[:min(n, MaxTagLen)]...), true
+	}
+}
+
+// appendCommenterTag looks for conn_tag='...' in a comment that ends query.
+func appendCommenterTag(dst, q []byte) ([]byte, bool) {
+	q = trimRightSpace(q)
+	if len(q) > 0 && q[len(q)-1] == ';' {
+		q = trimRightSpace(q[:len(q)-1])
+	}
+	if !bytes.HasSuffix(q, []byte("*/")) {
+		return dst, false
+	}
+	start := bytes.LastIndex(q, []byte("/*"))
+	if start < 0 || start+2 > len(q)-2 {
+		return dst, false
+	}
+	body := q[start+2 : len(q)-2]
+	for len(body) > 0 {
+		body = trimLeftSpace(body)
+		if bytes.HasPrefix(body, []byte(tagKeyCommenter)) {
+			val := body[len(tagKeyCommenter):]
+			end := bytes.IndexByte(val, '\'')
+			if end < 0 {
+				return dst, false
+			}
+			return appendDecodedTag(dst, val[:end])
+		}
+		// Skip this pair: its value is quoted and URL-encoded, so it holds
+		// no quote or comma of its own.
+		i := bytes.IndexByte(body, '\'')
+		if i < 0 {
+			return dst, false
+		}
+		j := bytes.IndexByte(body[i+1:], '\'')
+		if j < 0 {
+			return dst, false
+		}
+		body = body[i+1+j+1:]
+		body = trimLeftSpace(body)
+		if len(body) == 0 || body[0] != ',' {
+			return dst, false
+		}
+		body = body[1:]
+	}
+	return dst, false
+}
+
+// appendDecodedTag URL-decodes v onto dst, mapping bytes outside the grammar
+// to '_' (one '_' per UTF-8 sequence, as conntag's sanitiser does) and
+// cutting at MaxTagLen.
+func appendDecodedTag(dst, v []byte) ([]byte, bool) {
+	start := len(dst)
+	inSeq := false
+	for i := 0; i < len(v) && len(dst)-start < MaxTagLen; i++ {
+		c := v[i]
+		switch {
+		case c == '%' && i+2 < len(v):
+			h, ok1 := unhex(v[i+1])
+			l, ok2 := unhex(v[i+2])
+			if ok1 && ok2 {
+				c = h<<4 | l
+				i += 2
+			}
+		case c == '+':
+			c = ' '
+		}
+		if c >= 0x80 {
+			if c&0xC0 == 0x80 && inSeq {
+				continue
+			}
+			inSeq = true
+			dst = append(dst, '_')
+			continue
+		}
+		inSeq = false
+		if !tagByte(c) {
+			c = '_'
+		}
+		dst = append(dst, c)
+	}
+	return dst, len(dst) > start
+}
+
+func unhex(c byte) (byte, bool) {
+	switch {
+	case '0' <= c && c <= '9':
+		return c - '0', true
+	case 'a' <= c && c <= 'f':
+		return c - 'a' + 10, true
+	case 'A' <= c && c <= 'F':
+		return c - 'A' + 10, true
+	}
+	return 0, false
+}
+
+func isSpace(c byte) bool {
+	return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'
+}
+
+func trimLeftSpace(b []byte) []byte {
+	for len(b) > 0 && isSpace(b[0]) {
+		b = b[1:]
+	}
+	return b
+}
+
+func trimRightSpace(b []byte) []byte {
+	for len(b) > 0 && isSpace(b[len(b)-1]) {
+		b = b[:len(b)-1]
+	}
+	return b
+}

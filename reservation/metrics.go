@@ -31,15 +31,15 @@ var durationBuckets = []float64{.0005, .001, .002, .005, .01, .02, .05, .1, .2, 
 type metrics struct {
 	strategy attribute.KeyValue
 
-	operations metric.Int64Counter       // holdtime.reservation.operations
-	duration   [3]metric.Float64Histogram // reserve, claim, release duration
-	retries    metric.Int64Counter
-	shortReads metric.Int64Counter
-	skipped    metric.Int64Counter
-	refills    metric.Int64Counter
-	refilled   metric.Int64Counter
+	operations  metric.Int64Counter        // holdtime.reservation.operations
+	duration    [3]metric.Float64Histogram // reserve, claim, release duration
+	retries     metric.Int64Counter
+	shortReads  metric.Int64Counter
+	skipped     metric.Int64Counter
+	refills     metric.Int64Counter
+	refilled    metric.Int64Counter
 	refillWaits metric.Float64Histogram
-	expiries   metric.Int64Counter
+	expiries    metric.Int64Counter
 }
 
 func newMetrics(mp metric.MeterProvider, strategy Strategy, depth func() int64) (*metrics, error) {

@@ -1,0 +1,280 @@
+package reservation
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/holdtime/holdtime/testenv"
+)
+
+// sale runs buyers against one hot item until the ledger says sold out and
+// no hold is left, abandoning a share of holds (TTL 1 µs: due at once, so the
+// sweeper returns them without the test sleeping). It returns the number of
+// successful claims.
+func sale(t *testing.T, e *Engine, key ItemKey, buyers int, abandon float64) int64 {
+	t.Helper()
+	ctx := t.Context()
+	var claimed atomic.Int64
+	var wg sync.WaitGroup
+	var ids atomic.Int64
+	for b := range buyers {
+		wg.Go(func() {
+			for range 10_000 { // bounded: the stock runs out long before
+				id := fmt.Sprintf("b%d-%d", b, ids.Add(1))
+				p := cart(id, key, 1+rand.Int64N(2))
+				abandoned := rand.Float64() < abandon
+				if abandoned {
+					p.TTL = time.Microsecond
+				}
+				_, err := e.Reserve(ctx, p)
+				if errors.Is(err, ErrInsufficientStock) {
+					if n, _ := e.ExpireDue(ctx); n > 0 {
+						continue
+					}
+					p.Lines[0].Quantity = 1
+					if _, err := e.Reserve(ctx, p); errors.Is(err, ErrInsufficientStock) {
+						if held(t, e, key) == 0 {
+							return
+						}
+						e.ExpireDue(ctx)
+						continue
+					} else if err != nil {
+						t.Errorf("reserve: %v", err)
+						return
+					}
+				} else if err != nil {
+					t.Errorf("reserve: %v", err)
+					return
+				}
+				if abandoned {
+					continue
+				}
+				for { // a claim is retried with the same id until it has an answer
+					err := e.Claim(ctx, key.ShopID, id)
+					if err == nil {
+						claimed.Add(p.Lines[0].Quantity)
+						break
+					}
+					if !errors.Is(err, ErrRetryable) {
+						t.Errorf("claim: %v", err)
+						return
+					}
+				}
+			}
+			t.Errorf("buyer %d never saw the sale end", b)
+		})
+	}
+	wg.Wait()
+	return claimed.Load()
+}
+
+func held(t *testing.T, e *Engine, key ItemKey) int64 {
+	var n int64
+	err := e.db.QueryRowContext(t.Context(), `SELECT COALESCE(SUM(quantity), 0) FROM inventory_reserved_quantities
+		WHERE shop_id = ? AND inventory_item_id = ? AND inventory_group_id = ?`, key.ShopID, key.ItemID, key.GroupID).Scan(&n)
+	if err != nil {
+		t.Error(err)
+	}
+	return n
+}
+
+func TestFlashSaleInvariants(t *testing.T) {
+	for _, s := range []Strategy{StrategySkipLocked, StrategyForUpdate, StrategyCounter} {
+		t.Run(string(s), func(t *testing.T) {
+			e, db := setup(t, Config{Strategy: s, PoolSize: 20})
+			key := ItemKey{1, 42, 1}
+			receive(t, e, key, 150)
+			claimed := sale(t, e, key, 16, 0.2)
+			a := checkBooks(t, db, s, key, 150, claimed)
+			if a.claimed != 150 || a.held != 0 {
+				t.Errorf("undersold: demand exceeded stock but %d of 150 sold, %d still held", a.claimed, a.held)
+			}
+			st := e.Stats()
+			t.Logf("stats %+v", st)
+		})
+	}
+}
+
+// TestKilledConnections kills the engine's connections server-side while a
+// sale runs. Every operation is retried (idempotent by reservation id), and
+// the books still balance.
+func TestKilledConnections(t *testing.T) {
+	d := testenv.NewDatabase(t)
+	db := d.Open(t)
+	db.SetMaxOpenConns(32)
+	e, err := New(db, Config{PoolSize: 15, RetryBudget: 20 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Migrate(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	key := ItemKey{1, 7, 1}
+	receive(t, e, key, 120)
+
+	admin := testenv.Shared(t).Admin()
+	ctx, stop := context.WithCancel(t.Context())
+	var kills atomic.Int64
+	killerDone := make(chan struct{})
+	go func() {
+		defer close(killerDone)
+		for ctx.Err() == nil {
+			var id int64
+			err := admin.QueryRowContext(ctx, `SELECT id FROM information_schema.PROCESSLIST
+				WHERE db = ? AND id <> CONNECTION_ID() AND info LIKE '%inventory%' ORDER BY RAND() LIMIT 1`, d.Name).Scan(&id)
+			if err == nil {
+				if _, err := admin.ExecContext(ctx, fmt.Sprintf("KILL %d", id)); err == nil {
+					kills.Add(1)
+				}
+			}
+		}
+	}()
+	claimed := sale(t, e, key, 8, 0.2)
+	stop()
+	<-killerDone
+	a := checkBooks(t, db, StrategySkipLocked, key, 120, claimed)
+	if a.claimed != 120 {
+		t.Errorf("undersold under kills: %d of 120 sold (%+v)", a.claimed, a)
+	}
+	t.Logf("killed %d connections mid-statement; retries %d", kills.Load(), e.Stats().Retries)
+	if kills.Load() == 0 {
+		t.Log("no connection was killed mid-statement: the fault did not fire")
+	}
+}
+
+// TestRefillRacesReserve starts many reserves on an empty pool at once:
+// one refill runs, the others wait on the ledger lock and find units.
+func TestRefillRacesReserve(t *testing.T) {
+	e, db := setup(t, Config{PoolSize: 50})
+	key := ItemKey{1, 9, 1}
+	receive(t, e, key, 1000)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range 32 {
+		wg.Go(func() {
+			<-start
+			if _, err := e.Reserve(t.Context(), cart(fmt.Sprint("r", i), key, 1)); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	a := checkBooks(t, db, StrategySkipLocked, key, 1000, 0)
+	if a.held != 32 {
+		t.Errorf("held %d, want 32", a.held)
+	}
+	if st := e.Stats(); st.RefilledUnits > 50+32 {
+		t.Errorf("refills were not single flight: %d units pooled for a pool of 50 (%+v)", st.RefilledUnits, st)
+	}
+}
+
+// TestClaimRacesExpiry: every hold ends exactly one way, claimed or expired.
+func TestClaimRacesExpiry(t *testing.T) {
+	e, db := setup(t, Config{PoolSize: 100})
+	key := ItemKey{1, 11, 1}
+	receive(t, e, key, 60)
+	ctx := t.Context()
+	for i := range 60 {
+		p := cart(fmt.Sprint("h", i), key, 1)
+		p.TTL = time.Minute
+		if i%2 == 0 {
+			p.TTL = time.Microsecond // due at once: expiry must win even if the claim locks first
+		}
+		if _, err := e.Reserve(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var claimed, expired atomic.Int64
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for range 5 {
+			e.ExpireDue(ctx)
+		}
+	})
+	for i := range 60 {
+		wg.Go(func() {
+			err := e.Claim(ctx, 1, fmt.Sprint("h", i))
+			switch {
+			case err == nil:
+				claimed.Add(1)
+			case errors.Is(err, ErrExpired):
+				expired.Add(1)
+			default:
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	if claimed.Load() != 30 || expired.Load() != 30 {
+		t.Fatalf("claimed %d, expired %d: want 30 each (holds before expires_at win, due ones lose)", claimed.Load(), expired.Load())
+	}
+	a := checkBooks(t, db, StrategySkipLocked, key, 60, claimed.Load())
+	if a.held != 0 || a.pooled+a.ledgerOnly() != expired.Load() {
+		t.Errorf("books %+v after %d claims and %d expiries", a, claimed.Load(), expired.Load())
+	}
+	// The losers' answers are stable.
+	for i := range 60 {
+		err := e.Claim(ctx, 1, fmt.Sprint("h", i))
+		if err != nil && !errors.Is(err, ErrExpired) {
+			t.Fatal(err)
+		}
+	}
+	t.Logf("claimed %d, expired %d", claimed.Load(), expired.Load())
+}
+
+// TestLockWaitTimeoutIsRetryable holds a reservation's row lock from
+// another connection: the claim times out (1205), retries within the budget
+// and then reports an error matching ErrRetryable and ErrLockWaitTimeout.
+func TestLockWaitTimeoutIsRetryable(t *testing.T) {
+	d := testenv.NewDatabase(t)
+	cfg := d.Config()
+	cfg.Params = map[string]string{"innodb_lock_wait_timeout": "1"}
+	db := openConfig(t, cfg.FormatDSN())
+	e, err := New(db, Config{RetryBudget: 1500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	if err := e.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	key := ItemKey{1, 1, 1}
+	receive(t, e, key, 5)
+	if _, err := e.Reserve(ctx, cart("r", key, 1)); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.ExecContext(ctx, `SELECT * FROM inventory_reservations WHERE shop_id = 1 AND reservation_id = 'r' FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	err = e.Claim(ctx, 1, "r")
+	if !errors.Is(err, ErrRetryable) || !errors.Is(err, ErrLockWaitTimeout) {
+		t.Fatalf("claim under a held lock = %v, want ErrRetryable and ErrLockWaitTimeout", err)
+	}
+	tx.Rollback()
+	if err := e.Claim(ctx, 1, "r"); err != nil {
+		t.Fatalf("claim once the lock is gone: %v", err)
+	}
+	checkBooks(t, db, StrategySkipLocked, key, 5, 1)
+}
+
+func openConfig(t *testing.T, dsn string) *sql.DB {
+	t.Helper()
+	db, err := sql.Open("mysql", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}

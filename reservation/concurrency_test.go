@@ -75,14 +75,20 @@ func sale(t *testing.T, e *Engine, key ItemKey, buyers int, abandon float64) int
 	return claimed.Load()
 }
 
+// held reads the held quantity; TestKilledConnections kills its
+// connection too, so it tries a few times.
 func held(t *testing.T, e *Engine, key ItemKey) int64 {
-	var n int64
-	err := e.db.QueryRowContext(t.Context(), `SELECT COALESCE(SUM(quantity), 0) FROM inventory_reserved_quantities
-		WHERE shop_id = ? AND inventory_item_id = ? AND inventory_group_id = ?`, key.ShopID, key.ItemID, key.GroupID).Scan(&n)
-	if err != nil {
-		t.Error(err)
+	var err error
+	for range 10 {
+		var n int64
+		err = e.db.QueryRowContext(t.Context(), `SELECT COALESCE(SUM(quantity), 0) FROM inventory_reserved_quantities
+			WHERE shop_id = ? AND inventory_item_id = ? AND inventory_group_id = ?`, key.ShopID, key.ItemID, key.GroupID).Scan(&n)
+		if err == nil {
+			return n
+		}
 	}
-	return n
+	t.Error(err)
+	return -1
 }
 
 func TestFlashSaleInvariants(t *testing.T) {

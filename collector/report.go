@@ -152,9 +152,14 @@ func (r *Report) writeDetails(w io.Writer, item func(string) string, indent stri
 				h.Statements, suffix(h.Pins, h.UnknownReason, h.Truncated))))
 		}
 	}
+	header := false
 	for _, t := range r.Tags {
 		for _, u := range t.UnknownReasons {
-			fmt.Fprintf(w, "\n%s%s", indent, item(fmt.Sprintf("%s: %.3f s: %s", t.Tag, u.Seconds, u.Reason)))
+			if !header {
+				header = true
+				fmt.Fprintf(w, "\nhold whose tag is unknown, by reason:\n")
+			}
+			fmt.Fprintf(w, "%s%s\n", indent, item(fmt.Sprintf("%s: %.3f s: %s", t.Tag, u.Seconds, u.Reason)))
 		}
 	}
 	fmt.Fprintf(w, "\nsources:\n")

@@ -1,0 +1,111 @@
+package collector
+
+import (
+	"context"
+	"database/sql"
+	"os"
+	"path/filepath"
+	"reflect"
+	"testing"
+	"time"
+)
+
+func TestProcesslistRoundTrip(t *testing.T) {
+	at := time.Date(2026, 12, 2, 8, 41, 14, 397123000, time.UTC)
+	rows := []ProcesslistRow{
+		{SampleTime: at, ThreadID: 1, SessionID: 117, User: sql.NullString{String: "app", Valid: true},
+			CliHost: sql.NullString{String: "127.0.0.1", Valid: true}, CliPort: sql.NullInt64{Int64: 57898, Valid: true},
+			Hostgroup: sql.NullInt64{Int64: 0, Valid: true}, SrvHost: sql.NullString{String: "127.0.0.1", Valid: true},
+			SrvPort: sql.NullInt64{Int64: 3307, Valid: true}, Command: sql.NullString{String: "Query", Valid: true}, TimeMS: 12,
+			Info:         sql.NullString{String: "/* conn_tag:x */ SELECT 'a\tb\nc\\d', \x00", Valid: true},
+			ExtendedInfo: sql.NullString{String: `{"a":"NULL"}`, Valid: true}},
+		{SampleTime: at.Add(100 * time.Millisecond), SessionID: 118, DB: sql.NullString{String: "NULL", Valid: true},
+			Info: sql.NullString{String: "", Valid: true}},
+	}
+	path := filepath.Join(t.TempDir(), "processlist.tsv")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := NewProcesslistWriter(f)
+	if err := w.Write(rows[:1]); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Write(rows[1:]); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	r, err := OpenProcesslist([]string{path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	var got []ProcesslistRow
+	for r.Next() {
+		got = append(got, *r.Row())
+	}
+	if err := r.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := r.Malformed(); n != 0 || !reflect.DeepEqual(got, rows) {
+		t.Errorf("round trip: %d malformed\n got %+v\nwant %+v", n, got, rows)
+	}
+}
+
+func TestProcesslistReadsCaptures(t *testing.T) {
+	for _, path := range []string{"testdata/workload_processlist_samples.tsv", "testdata/states_processlist_samples.tsv"} {
+		r, err := OpenProcesslist([]string{path})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for r.Next() {
+			n++
+		}
+		bad, lines := r.Malformed()
+		r.Close()
+		if r.Err() != nil || bad != 0 || n == 0 {
+			t.Errorf("%s: %d rows, %d malformed %v, err %v", path, n, bad, lines, r.Err())
+		}
+	}
+}
+
+func TestProcesslistRejectsNewerVersion(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "v9.tsv")
+	os.WriteFile(path, []byte("# holdtime processlist v9\nsample_ts\tSessionID\n"), 0o644)
+	if _, err := OpenProcesslist([]string{path}); err == nil {
+		t.Error("a version 9 recording was accepted")
+	}
+}
+
+// TestAnalyzeWorkloadWithSamples shows what each input contributes: the
+// samples alone cannot tag the hog's idle-in-transaction time, the events
+// log can.
+func TestAnalyzeWorkloadWithSamples(t *testing.T) {
+	samples := []string{"testdata/workload_processlist_samples.tsv"}
+	alone, err := Analyze(context.Background(), AnalyzeConfig{ProcesslistFiles: samples})
+	if err != nil {
+		t.Fatal(err)
+	}
+	both, err := Analyze(context.Background(), AnalyzeConfig{ProcesslistFiles: samples,
+		EventsLogs: []string{"testdata/workload_events_slice.json.gz"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pa, pb := alone.Processlist, both.Processlist
+	t.Logf("samples alone: %.3f s held; tag from info %.3f, carried %.3f, unknown %.3f", pa.HeldSeconds, pa.FromInfo, pa.Carried, pa.Unknown)
+	t.Logf("with events:   %.3f s held; tag from info %.3f, events log %.3f, carried %.3f, unknown %.3f", pb.HeldSeconds, pb.FromInfo, pb.FromEventsLog, pb.Carried, pb.Unknown)
+	for _, tr := range alone.Tags {
+		t.Logf("samples alone %-20s %.3f s", tr.Tag, tr.HoldSeconds)
+	}
+	if pb.FromEventsLog <= 0 || pb.Unknown >= pa.Unknown+pa.Carried {
+		t.Errorf("the events log did not tag any idle-in-transaction sample time: %+v", pb)
+	}
+	hog := both.Tag("checkout_tax_quote")
+	if hog == nil || hog.Sampled == nil || hog.Sampled.Seconds < 25 {
+		t.Errorf("checkout_tax_quote sampled hold with the events log: %+v; want ~30 s", hog)
+	}
+}

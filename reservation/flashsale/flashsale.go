@@ -1,0 +1,320 @@
+// Package flashsale runs a flash sale against the reservation engine: many
+// buyers, few items, holds that are abandoned and expire, and reports
+// throughput, latency and whether the books balance. The CLI and the
+// benchmarks use it; it draws nothing itself (see ProgressBar).
+package flashsale
+
+import (
+	"cmp"
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/holdtime/holdtime/reservation"
+	"go.opentelemetry.io/otel/metric"
+)
+
+// Config describes a sale. The zero value of every field but DB is its
+// documented default.
+type Config struct {
+	DB          *sql.DB              // required; open it with conntag.Open to see hold time per tag
+	Strategy    reservation.Strategy // default skip_locked
+	Buyers      int                  // checkouts attempted; default 1,000
+	Concurrency int                  // buyers at once; default 16
+	Items       int                  // distinct items on sale; default 1
+	Locations   int                  // location groups per item, tried in order; default 1
+	Stock       int64                // units per item and location; default 100
+	CartSize    int                  // lines per cart, each 1 unit of a distinct item; default 1
+	PoolSize    int                  // engine pool size; default the engine's
+	// PaymentDelay is the time between reserve and claim; default 0.
+	PaymentDelay time.Duration
+	// AbandonRate is the share of buyers that never pay: their holds expire
+	// after AbandonTTL. Default 0.
+	AbandonRate float64
+	AbandonTTL  time.Duration // default 1 ms
+	// TxWork is application work done inside the reserve transaction
+	// (holding its locks); default 0.
+	TxWork        time.Duration
+	MeterProvider metric.MeterProvider
+	// Progress, when set, is called after each buyer with the count done.
+	Progress func(done, total int)
+}
+
+// Report is what a sale did.
+type Report struct {
+	Strategy    reservation.Strategy
+	Elapsed     time.Duration
+	Reserves    int64   // successful reserves
+	Throughput  float64 // successful reserves per second
+	ReserveP50  time.Duration
+	ReserveP99  time.Duration
+	Sold        int64 // units claimed per the ledger
+	Stock       int64 // units stocked
+	Oversold    int64 // units claimed beyond stock, or claims the ledger lacks
+	Undersold   int64 // units unsold although demand exceeded stock
+	Leaked      int64 // units held by reservations no longer held, or counted twice
+	SoldOut     int64 // buyers turned away by the ledger
+	Abandoned   int64
+	Retries     int64
+	Refills     int64 // inline refills that added units
+	ShortReads  int64
+	FailedCalls int64 // reserves and claims that returned an unexpected error
+}
+
+func (c Config) withDefaults() (Config, error) {
+	if c.DB == nil {
+		return c, errors.New("flashsale: Config.DB is required")
+	}
+	c.Strategy = cmp.Or(c.Strategy, reservation.StrategySkipLocked)
+	c.Buyers = cmp.Or(c.Buyers, 1000)
+	c.Concurrency = cmp.Or(c.Concurrency, 16)
+	c.Items = cmp.Or(c.Items, 1)
+	c.Locations = cmp.Or(c.Locations, 1)
+	c.Stock = cmp.Or(c.Stock, 100)
+	c.CartSize = cmp.Or(c.CartSize, 1)
+	c.AbandonTTL = cmp.Or(c.AbandonTTL, time.Millisecond)
+	if c.CartSize > c.Items {
+		return c, fmt.Errorf("flashsale: CartSize %d exceeds Items %d (each line is a distinct item)", c.CartSize, c.Items)
+	}
+	if c.AbandonRate < 0 || c.AbandonRate > 1 {
+		return c, fmt.Errorf("flashsale: AbandonRate %v must be within [0, 1]", c.AbandonRate)
+	}
+	return c, nil
+}
+
+// Run runs a sale in a shop of its own (a fresh shop id), so runs against
+// one database do not interfere.
+func Run(ctx context.Context, cfg Config) (Report, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return Report{}, err
+	}
+	e, err := reservation.New(cfg.DB, reservation.Config{Strategy: cfg.Strategy, PoolSize: cfg.PoolSize,
+		MeterProvider: cfg.MeterProvider, ExpiryInterval: 10 * time.Millisecond})
+	if err != nil {
+		return Report{}, err
+	}
+	if err := e.Migrate(ctx); err != nil {
+		return Report{}, err
+	}
+	shop := uint64(time.Now().UnixNano())
+	var keys []reservation.ItemKey
+	for item := range cfg.Items {
+		for loc := range cfg.Locations {
+			k := reservation.ItemKey{ShopID: shop, ItemID: uint64(item + 1), GroupID: uint64(loc + 1)}
+			keys = append(keys, k)
+			if err := e.Receive(ctx, reservation.StockParams{ItemKey: k, Quantity: cfg.Stock}); err != nil {
+				return Report{}, err
+			}
+			if _, err := e.Refill(ctx, k); err != nil {
+				return Report{}, err
+			}
+		}
+	}
+	runCtx, stopRun := context.WithCancel(ctx)
+	runDone := make(chan error, 1)
+	go func() { runDone <- e.Run(runCtx) }()
+	defer func() { stopRun(); <-runDone }()
+
+	s := &sale{cfg: cfg, e: e, shop: shop, latencies: make([]time.Duration, cfg.Buyers)}
+	start := time.Now()
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range cfg.Concurrency {
+		wg.Go(func() {
+			for {
+				b := int(next.Add(1)) - 1
+				if b >= cfg.Buyers || ctx.Err() != nil {
+					return
+				}
+				s.buy(ctx, b)
+				if cfg.Progress != nil {
+					cfg.Progress(int(s.done.Add(1)), cfg.Buyers)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	if err := ctx.Err(); err != nil {
+		return Report{}, err
+	}
+	if _, err := e.ExpireDue(ctx); err != nil {
+		return Report{}, err
+	}
+	return s.report(ctx, keys, elapsed)
+}
+
+type sale struct {
+	cfg       Config
+	e         *reservation.Engine
+	shop      uint64
+	done      atomic.Int64
+	reserves  atomic.Int64
+	claimed   atomic.Int64
+	soldOut   atomic.Int64
+	abandoned atomic.Int64
+	failed    atomic.Int64
+	latencies []time.Duration // by buyer; 0 when the reserve failed
+}
+
+func (s *sale) buy(ctx context.Context, b int) {
+	cfg := s.cfg
+	p := reservation.ReserveParams{ShopID: s.shop, ReservationID: fmt.Sprintf("buyer-%d", b)}
+	groups := make([]uint64, cfg.Locations)
+	for i := range groups {
+		groups[i] = uint64(i + 1)
+	}
+	for _, item := range rand.Perm(cfg.Items)[:1+rand.IntN(cfg.CartSize)] {
+		p.Lines = append(p.Lines, reservation.Line{ItemID: uint64(item + 1), Quantity: 1, GroupIDs: groups})
+	}
+	abandon := rand.Float64() < cfg.AbandonRate
+	if abandon {
+		p.TTL = cfg.AbandonTTL
+	}
+	if cfg.TxWork > 0 {
+		p.InTx = func(ctx context.Context, _ *sql.Tx) error { return sleep(ctx, cfg.TxWork) }
+	}
+	// A buyer turned away while others hold the last units comes back when
+	// abandoned holds expire: bounded attempts, so a sale always ends.
+	for attempt := 0; ; attempt++ {
+		start := time.Now()
+		_, err := s.e.Reserve(ctx, p)
+		if err == nil {
+			s.latencies[b] = time.Since(start)
+			s.reserves.Add(1)
+			break
+		}
+		if !errors.Is(err, reservation.ErrInsufficientStock) {
+			s.failed.Add(1)
+			return
+		}
+		if attempt >= 20 || !s.heldElsewhere(ctx, p) {
+			s.soldOut.Add(1)
+			return
+		}
+		s.e.ExpireDue(ctx)
+		sleep(ctx, cfg.AbandonTTL)
+	}
+	if abandon {
+		s.abandoned.Add(1)
+		return
+	}
+	sleep(ctx, cfg.PaymentDelay)
+	for range 10 {
+		err := s.e.Claim(ctx, s.shop, p.ReservationID)
+		if err == nil {
+			s.claimed.Add(int64(len(p.Lines)))
+			return
+		}
+		if !errors.Is(err, reservation.ErrRetryable) {
+			break
+		}
+	}
+	s.failed.Add(1)
+}
+
+// heldElsewhere reports whether units of a cart line are held by others
+// (they may come back) rather than sold.
+func (s *sale) heldElsewhere(ctx context.Context, p reservation.ReserveParams) bool {
+	for _, l := range p.Lines {
+		for _, g := range l.GroupIDs {
+			var held int64
+			err := s.cfg.DB.QueryRowContext(ctx, `SELECT COALESCE(SUM(quantity), 0) FROM inventory_reserved_quantities
+				WHERE shop_id = ? AND inventory_item_id = ? AND inventory_group_id = ?`, s.shop, l.ItemID, g).Scan(&held)
+			if err == nil && held > 0 {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func (s *sale) report(ctx context.Context, keys []reservation.ItemKey, elapsed time.Duration) (Report, error) {
+	st := s.e.Stats()
+	r := Report{Strategy: s.cfg.Strategy, Elapsed: elapsed, Reserves: s.reserves.Load(),
+		Stock: s.cfg.Stock * int64(len(keys)), SoldOut: s.soldOut.Load(), Abandoned: s.abandoned.Load(),
+		Retries: st.Retries, Refills: st.InlineRefills, ShortReads: st.ShortReads, FailedCalls: s.failed.Load()}
+	r.Throughput = float64(r.Reserves) / elapsed.Seconds()
+	lat := slices.DeleteFunc(slices.Clone(s.latencies), func(d time.Duration) bool { return d == 0 })
+	slices.Sort(lat)
+	if len(lat) > 0 {
+		r.ReserveP50 = lat[len(lat)/2]
+		r.ReserveP99 = lat[min(len(lat)-1, len(lat)*99/100)]
+	}
+	for _, k := range keys {
+		b, err := Audit(ctx, s.cfg.DB, s.cfg.Strategy, k)
+		if err != nil {
+			return r, err
+		}
+		r.Sold += b.Claimed
+		r.Oversold += max(0, b.Claimed-s.cfg.Stock)
+		r.Leaked += b.Leaked()
+	}
+	if claimed := s.claimed.Load(); claimed != r.Sold {
+		r.Oversold += max(0, claimed-r.Sold) // buyers told "sold" without a ledger entry
+	}
+	demand := int64(s.cfg.Buyers)
+	if demand-r.Abandoned >= r.Stock {
+		r.Undersold = max(0, r.Stock-r.Sold)
+	}
+	return r, nil
+}
+
+// Books is the accounting of one item/group.
+type Books struct {
+	OnHand, Claimed, Pooled, Held int64
+	// OrphanHeld is held quantity whose reservation is no longer held.
+	OrphanHeld int64
+}
+
+// Leaked is the units counted twice or held by no live reservation.
+func (b Books) Leaked() int64 { return b.OrphanHeld + max(0, b.Pooled+b.Held-b.OnHand) }
+
+// Audit reads the books of one item/group.
+func Audit(ctx context.Context, db *sql.DB, strategy reservation.Strategy, k reservation.ItemKey) (Books, error) {
+	var b Books
+	args := []any{k.ShopID, k.ItemID, k.GroupID}
+	pooled := `SELECT COUNT(*) FROM inventory_reservation_units WHERE shop_id = ? AND inventory_item_id = ? AND inventory_group_id = ?`
+	if strategy == reservation.StrategyCounter {
+		pooled = `SELECT COALESCE(SUM(available), 0) FROM inventory_pool_counters WHERE shop_id = ? AND inventory_item_id = ? AND inventory_group_id = ?`
+	}
+	err := db.QueryRowContext(ctx, `SELECT on_hand, claimed FROM inventory_ledger
+		WHERE shop_id = ? AND inventory_item_id = ? AND inventory_group_id = ?`, args...).Scan(&b.OnHand, &b.Claimed)
+	if err == nil {
+		err = db.QueryRowContext(ctx, pooled, args...).Scan(&b.Pooled)
+	}
+	if err == nil {
+		err = db.QueryRowContext(ctx, `SELECT COALESCE(SUM(quantity), 0) FROM inventory_reserved_quantities
+			WHERE shop_id = ? AND inventory_item_id = ? AND inventory_group_id = ?`, args...).Scan(&b.Held)
+	}
+	if err == nil {
+		err = db.QueryRowContext(ctx, `SELECT COALESCE(SUM(q.quantity), 0) FROM inventory_reserved_quantities q
+			JOIN inventory_reservations r ON r.shop_id = q.shop_id AND r.reservation_id = q.reservation_id
+			WHERE r.state <> 'held' AND q.shop_id = ? AND q.inventory_item_id = ? AND q.inventory_group_id = ?`, args...).Scan(&b.OrphanHeld)
+	}
+	if err != nil {
+		return b, fmt.Errorf("flashsale: audit %+v: %w", k, err)
+	}
+	return b, nil
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

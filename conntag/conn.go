@@ -19,12 +19,12 @@ type conn struct {
 	in    *instr
 
 	// Hold state. database/sql serialises calls on one connection; the
-	// atomics are read by the metrics callback and the long-hold timer.
-	held        atomic.Bool
-	pendingTag  atomic.Bool
+	// atomics are also read by the metrics callback and the long-hold timer.
+	holdStart   atomic.Int64              // instr.now() at borrow; 0: not held
+	holdTag     atomic.Pointer[tagState] // nil: borrower had no tag (yet)
+	holdSeq     atomic.Uint64
 	activeNanos atomic.Int64
 	stmts       atomic.Int64
-	holdSeq     uint64 // guarded by in.mu
 	holdSpan    trace.Span
 	longTimer   *time.Timer
 
@@ -57,7 +57,7 @@ func (c *conn) Prepare(query string) (driver.Stmt, error) {
 func (c *conn) PrepareContext(ctx context.Context, query string) (driver.Stmt, error) {
 	ts := c.in.stateFor(ctx)
 	sent := c.in.query(ts, query)
-	var start time.Time
+	var start int64
 	if c.in.measure {
 		start = c.in.timeCall(ctx, c, ts)
 	}
@@ -82,6 +82,7 @@ func (c *conn) PrepareContext(ctx context.Context, query string) (driver.Stmt, e
 func (c *conn) Close() error {
 	if c.in.measure {
 		c.in.giveBack(c)
+		c.in.untrack(c)
 	}
 	return c.inner.Close()
 }

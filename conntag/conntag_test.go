@@ -92,24 +92,24 @@ func TestServerReceivesTaggedText(t *testing.T) {
 	}
 
 	m := f.metrics(t)
-	ops := m["db.client.operation.duration"]
+	ops := m["holdtime.client.operations"]
 	for _, tag := range []string{"exec_tag", "exec_args", "query_tag", "executor_tag", "tx_tag", "dbconn_tag", "library_tag", "untagged"} {
-		if ops[tag].count == 0 {
+		if ops[tag].sum == 0 {
 			t.Errorf("no operation recorded for tag %s: %v", tag, ops)
 		}
 	}
-	if ops["prepared_tag"].count != 0 {
+	if ops["prepared_tag"].sum != 0 {
 		t.Errorf("the preparer's tag got the execution: %v", ops)
 	}
 	// tx_tag: BEGIN, UPDATE, COMMIT.
-	if got := ops["tx_tag"].count; got != 3 {
-		t.Errorf("tx_tag operations = %d, want 3 (begin, update, commit)", got)
+	if got := ops["tx_tag"].sum; got != 3 {
+		t.Errorf("tx_tag operations = %v, want 3 (begin, update, commit)", got)
 	}
-	holds := m["db.client.connection.use_time"]
-	if holds["conn_tag_borrow"].count != 1 {
+	holds := m["holdtime.connection.holds"]
+	if holds["conn_tag_borrow"].sum != 1 {
 		t.Errorf("the db.Conn hold is not attributed to its borrower: %v", holds)
 	}
-	if holds["dbconn_tag"].count != 0 {
+	if holds["dbconn_tag"].sum != 0 {
 		t.Errorf("a statement's tag took the hold of another borrower: %v", holds)
 	}
 }

@@ -95,9 +95,10 @@ func (c *connector) Connect(ctx context.Context) (driver.Conn, error) {
 		return nil, err
 	}
 	if c.in.cfg.metrics {
-		c.in.createTime.Record(ctx, time.Since(start).Seconds(), ts.metrics.holdOpts...)
+		c.in.inst.createTime.Record(ctx, time.Since(start).Seconds(), ts.metrics.holdOpts...)
 	}
 	cn := &conn{inner: ci, in: c.in}
+	c.in.track(cn)
 	if tagged {
 		c.in.borrow(ctx, cn, ts)
 	}
@@ -125,7 +126,11 @@ func (d *wrappedDriver) Open(name string) (driver.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &conn{inner: ci, in: d.in}, nil
+	cn := &conn{inner: ci, in: d.in}
+	if d.in.measure {
+		d.in.track(cn)
+	}
+	return cn, nil
 }
 
 // dsnConnector adapts a driver without DriverContext.

@@ -14,7 +14,7 @@ import (
 )
 
 func TestHoldSplitIdleTransaction(t *testing.T) {
-	f := newFixture(t)
+	f := newFixture(t, WithHistograms())
 	ctx := WithTag(context.Background(), "slow_caller")
 	const idle = 200 * time.Millisecond
 	tx, err := f.db.BeginTx(ctx, nil)
@@ -30,9 +30,12 @@ func TestHoldSplitIdleTransaction(t *testing.T) {
 	}
 	m := f.metrics(t)
 	hold := m["db.client.connection.use_time"]["slow_caller"]
-	active := m["holdtime.connection.active_time"]["slow_caller/used"].sum
-	idleS := m["holdtime.connection.idle_time"]["slow_caller/used"].sum
-	total := m["holdtime.connection.hold_time"]["slow_caller/used"].sum
+	active := m["holdtime.connection.active_time"]["slow_caller"].sum
+	idleS := m["holdtime.connection.idle_time"]["slow_caller"].sum
+	total := m["holdtime.connection.hold_time"]["slow_caller"].sum
+	if ops := m["db.client.operation.duration"]["slow_caller"].count; ops != 3 {
+		t.Errorf("operation histogram count = %d, want 3", ops)
+	}
 	t.Logf("hold %.3fs (count %d), counter %.3fs, active %.4fs, idle %.3fs", hold.sum, hold.count, total, active, idleS)
 	if hold.count != 1 || hold.sum < idle.Seconds() {
 		t.Errorf("hold = %.3fs in %d holds, want one hold >= %v", hold.sum, hold.count, idle)
@@ -61,17 +64,17 @@ func TestHoldInProgressCounts(t *testing.T) {
 	if _, err := c.ExecContext(ctx, "SELECT 1"); err != nil {
 		t.Fatal(err)
 	}
-	first := f.metrics(t)["holdtime.connection.hold_time"]["long_runner/used"].sum
+	first := f.metrics(t)["holdtime.connection.hold_time"]["long_runner"].sum
 	time.Sleep(50 * time.Millisecond) // let the open hold age
 	m := f.metrics(t)
-	second := m["holdtime.connection.hold_time"]["long_runner/used"].sum
+	second := m["holdtime.connection.hold_time"]["long_runner"].sum
 	if second-first < 0.05 {
 		t.Errorf("open hold grew by %.3fs over 50ms", second-first)
 	}
 	if used := m["db.client.connection.count"]["long_runner/used"].sum; used != 1 {
 		t.Errorf("used connections for long_runner = %v, want 1", used)
 	}
-	if m["db.client.connection.use_time"]["long_runner"].count != 0 {
+	if m["holdtime.connection.holds"]["long_runner"].sum != 0 {
 		t.Error("an open hold was recorded as finished")
 	}
 }
@@ -114,21 +117,22 @@ func TestConcurrentTagsAttributed(t *testing.T) {
 	m := f.metrics(t)
 	for w := range workers {
 		tag := fmt.Sprintf("worker_%d", w)
-		hold := m["db.client.connection.use_time"][tag]
-		ops := m["db.client.operation.duration"][tag]
-		if hold.count != rounds {
-			t.Errorf("%s: %d holds, want %d", tag, hold.count, rounds)
+		holds := m["holdtime.connection.holds"][tag].sum
+		hold := m["holdtime.connection.hold_time"][tag].sum
+		ops := m["holdtime.client.operations"][tag].sum
+		if holds != rounds {
+			t.Errorf("%s: %v holds, want %d", tag, holds, rounds)
 		}
-		if ops.count != 3*rounds {
-			t.Errorf("%s: %d operations, want %d", tag, ops.count, 3*rounds)
+		if ops != 3*rounds {
+			t.Errorf("%s: %v operations, want %d", tag, ops, 3*rounds)
 		}
 		minHold := float64(rounds) * 0.001 * float64(w+1)
-		if hold.sum < minHold {
-			t.Errorf("%s: hold %.3fs < the %.3fs it slept", tag, hold.sum, minHold)
+		if hold < minHold {
+			t.Errorf("%s: hold %.3fs < the %.3fs it slept", tag, hold, minHold)
 		}
 	}
-	if n := len(m["db.client.connection.use_time"]); n != workers {
-		t.Errorf("holds under %d tags, want %d: %v", n, workers, m["db.client.connection.use_time"])
+	if n := len(m["holdtime.connection.holds"]); n != workers {
+		t.Errorf("holds under %d tags, want %d: %v", n, workers, m["holdtime.connection.holds"])
 	}
 }
 
@@ -157,8 +161,8 @@ func TestBadConnRetried(t *testing.T) {
 	if got := m["db.client.connection.count"]["victim/used"].sum; got != 0 {
 		t.Errorf("a hold is still open after the statements: used=%v", got)
 	}
-	if got := m["db.client.connection.use_time"]["victim"].count; got < 2 {
-		t.Errorf("holds for victim = %d, want the killed one and the retry", got)
+	if got := m["holdtime.connection.holds"]["victim"].sum; got < 2 {
+		t.Errorf("holds for victim = %v, want the killed one and the retry", got)
 	}
 }
 
@@ -189,8 +193,8 @@ func TestKilledMidTransaction(t *testing.T) {
 	if got := m["db.client.connection.count"]["killed_tx/used"].sum; got != 0 {
 		t.Errorf("a hold is still open: used=%v", got)
 	}
-	if m["db.client.connection.use_time"]["killed_tx"].count < 2 {
-		t.Errorf("holds: %v", m["db.client.connection.use_time"])
+	if m["holdtime.connection.holds"]["killed_tx"].sum < 2 {
+		t.Errorf("holds: %v", m["holdtime.connection.holds"])
 	}
 }
 
@@ -205,7 +209,7 @@ func TestInnerErrorsUntouched(t *testing.T) {
 	if !errors.As(err, &me) {
 		t.Fatal("error lost its type")
 	}
-	if got := f.metrics(t)["db.client.operation.duration"]; got["bad_sql"].count != 1 {
+	if got := f.metrics(t)["holdtime.client.operations"]; got["bad_sql"].sum != 1 {
 		t.Errorf("failed statement not recorded: %v", got)
 	}
 }
@@ -255,14 +259,14 @@ func TestTagCap(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	ops := f.metrics(t)["db.client.operation.duration"]
+	ops := f.metrics(t)["holdtime.client.operations"]
 	// The default tag takes the first place under the cap, two bogus tags
 	// the others, the rest goes to "other".
-	if len(ops) != 3 || ops["bogus_0"].count != 1 || ops["bogus_1"].count != 1 {
+	if len(ops) != 3 || ops["bogus_0"].sum != 1 || ops["bogus_1"].sum != 1 {
 		t.Errorf("tags in metrics: %v", ops)
 	}
-	if ops[OverflowTag].count != 8 {
-		t.Errorf("overflow count = %d, want 8: %v", ops[OverflowTag].count, ops)
+	if ops[OverflowTag].sum != 8 {
+		t.Errorf("overflow count = %v, want 8: %v", ops[OverflowTag].sum, ops)
 	}
 }
 

@@ -3,10 +3,8 @@ package conntag
 import (
 	"context"
 	"database/sql"
-	"errors"
-	"runtime"
-	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -30,11 +28,17 @@ const (
 	attrQuery    = attribute.Key("db.query.text")
 )
 
-// instr is the measurement state of one wrapped pool. It is created by
-// Open/OpenDB and shared by the pool's connections; nothing is global.
+// instr is the measurement state of one wrapped pool, shared by its
+// connections; nothing is global.
+//
+// The hot path (every statement, every hold) only reads the clock and adds
+// to atomics in the tag's state. OpenTelemetry instruments read those
+// atomics when metrics are collected; the SDK's synchronous histograms,
+// which cost more than everything else together, are opt-in (WithHistograms).
 type instr struct {
-	cfg config
-	com commenter
+	cfg   config
+	com   commenter
+	epoch time.Time // monotonic origin of the int64 timestamps
 
 	tagMu    sync.Mutex // serialises creation of tag states
 	tags     sync.Map   // tag name -> *tagState, at most cfg.maxTags entries
@@ -44,172 +48,86 @@ type instr struct {
 
 	measure bool // metrics, spans or long holds are on
 
-	useTime    metric.Float64Histogram
-	opDuration metric.Float64Histogram
-	createTime metric.Float64Histogram
-	longHolds  metric.Int64Counter
-	reg        metric.Registration
-	tracer     trace.Tracer // nil: no spans
+	connMu sync.Mutex
+	conns  map[*conn]struct{} // live connections, to see holds in progress
 
-	// Open holds, for the observable counters that include holds still in
-	// progress, and for long-hold reports.
-	mu        sync.Mutex
-	open      map[*conn]openHold
-	closedSum map[*tagState]*holdSums // completed holds per metrics tag
-	db        *sql.DB                 // for DB.Stats; set before callbacks are registered
+	inst instruments
+	reg  metric.Registration
+	db   *sql.DB
+
+	tracer trace.Tracer // nil: no spans
 }
 
-type openHold struct {
-	start time.Time
-	tag   *tagState // nil until known
-	seq   uint64
-}
-
-type holdSums struct {
-	hold, active float64 // seconds
-}
-
-// tagState is what a tag costs once: its comment, its attribute sets.
+// tagState is one tag's comment, attribute sets and running totals.
 type tagState struct {
-	name    string
-	comment string
-	metrics *tagState // itself, or the overflow state
+	owner    *instr
+	name     string
+	comment  string
+	metrics  *tagState // itself, or the overflow state
+	spanAttr attribute.KeyValue
+
+	holds       atomic.Int64 // completed holds
+	holdNanos   atomic.Int64 // completed holds' length
+	activeNanos atomic.Int64 // completed holds' time in driver calls
+	longHolds   atomic.Int64
+	ops         [numOps]opTotals
 
 	holdOpts []metric.RecordOption
-	addOpts  []metric.AddOption
-	obsOpts  []metric.ObserveOption
-	opOpts   [numOps][2][]metric.RecordOption // [op][failed]
-	spanAttr attribute.KeyValue
+	obsOpts  []metric.ObserveOption // conn_tag, pool
+	usedOpts []metric.ObserveOption // conn_tag, pool, state=used
+	opOpts   [numOps][2]opAttrs     // [op][failed]
+}
+
+// opTotals are one operation's totals; errors and errNanos are the failed
+// part of count and nanos.
+type opTotals struct {
+	count, errors, nanos, errNanos atomic.Int64
+}
+
+type opAttrs struct {
+	record  []metric.RecordOption
+	observe []metric.ObserveOption
 }
 
 func newInstr(cfg config) (*instr, error) {
 	in := &instr{
-		cfg:       cfg,
-		com:       newCommenter(cfg.format, cfg.static),
-		measure:   cfg.metrics || cfg.tracerProvider != nil || cfg.longHold > 0,
-		open:      make(map[*conn]openHold),
-		closedSum: make(map[*tagState]*holdSums),
+		cfg:     cfg,
+		com:     newCommenter(cfg.format, cfg.static),
+		epoch:   time.Now(),
+		measure: cfg.metrics || cfg.tracerProvider != nil || cfg.longHold > 0,
+		conns:   make(map[*conn]struct{}),
 	}
 	if cfg.tracerProvider != nil {
 		in.tracer = cfg.tracerProvider.Tracer(instrumentationName)
 	}
-	meter := cfg.meterProvider.Meter(instrumentationName)
-	var err, e error
-	in.useTime, e = meter.Float64Histogram("db.client.connection.use_time", metric.WithUnit("s"),
-		metric.WithDescription("Time between borrowing a connection from the pool and returning it (the hold), by conn_tag of the borrower."),
-		metric.WithExplicitBucketBoundaries(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60))
-	err = errors.Join(err, e)
-	in.opDuration, e = meter.Float64Histogram("db.client.operation.duration", metric.WithUnit("s"),
-		metric.WithDescription("Duration of database client operations, including reading the rows, by conn_tag of the statement's context."),
-		metric.WithExplicitBucketBoundaries(0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
-	err = errors.Join(err, e)
-	in.createTime, e = meter.Float64Histogram("db.client.connection.create_time", metric.WithUnit("s"),
-		metric.WithDescription("Time it took to open a new connection."))
-	err = errors.Join(err, e)
-	in.longHolds, e = meter.Int64Counter("holdtime.connection.long_holds", metric.WithUnit("{hold}"),
-		metric.WithDescription("Holds that lasted longer than the long-hold threshold, by conn_tag."))
-	err = errors.Join(err, e)
-	if err != nil {
-		return nil, err
+	if cfg.metrics {
+		if err := in.inst.create(cfg); err != nil {
+			return nil, err
+		}
 	}
-	in.overflow = in.newTagState(OverflowTag, nil)
+	in.overflow = in.newTagState(OverflowTag)
 	in.deflt = in.stateNamed(cfg.defaultTag)
 	return in, nil
 }
 
-// registerCallbacks exports the observable instruments: hold, active and
-// idle seconds per tag including holds in progress, connections per state,
-// and the pool's wait statistics, which only database/sql can see.
-func (in *instr) registerCallbacks(db *sql.DB) error {
-	in.db = db
-	if !in.cfg.metrics {
-		return nil
-	}
-	meter := in.cfg.meterProvider.Meter(instrumentationName)
-	var err, e error
-	hold, e := meter.Float64ObservableCounter("holdtime.connection.hold_time", metric.WithUnit("s"),
-		metric.WithDescription("Seconds connections were held (borrowed from the pool), by conn_tag, including holds in progress. rate() of it is occupancy: connections kept busy."))
-	err = errors.Join(err, e)
-	active, e := meter.Float64ObservableCounter("holdtime.connection.active_time", metric.WithUnit("s"),
-		metric.WithDescription("Seconds of holds spent inside driver calls (statements, row reading, begin/commit), by conn_tag of the hold."))
-	err = errors.Join(err, e)
-	idle, e := meter.Float64ObservableCounter("holdtime.connection.idle_time", metric.WithUnit("s"),
-		metric.WithDescription("Seconds of holds spent outside driver calls: a borrowed connection doing nothing, by conn_tag of the hold."))
-	err = errors.Join(err, e)
-	count, e := meter.Int64ObservableUpDownCounter("db.client.connection.count", metric.WithUnit("{connection}"),
-		metric.WithDescription("Connections by state; used connections also by conn_tag of the borrower."))
-	err = errors.Join(err, e)
-	maxConns, e := meter.Int64ObservableUpDownCounter("db.client.connection.max", metric.WithUnit("{connection}"),
-		metric.WithDescription("The pool's maximum number of open connections (0: unlimited)."))
-	err = errors.Join(err, e)
-	waits, e := meter.Int64ObservableCounter("holdtime.pool.waits", metric.WithUnit("{wait}"),
-		metric.WithDescription("Times a caller had to wait for a connection because the pool was at its limit (DB.Stats WaitCount)."))
-	err = errors.Join(err, e)
-	waitTime, e := meter.Float64ObservableCounter("holdtime.pool.wait_time", metric.WithUnit("s"),
-		metric.WithDescription("Total seconds callers waited for a connection (DB.Stats WaitDuration)."))
-	err = errors.Join(err, e)
-	if err != nil {
-		return err
-	}
-	pool := attribute.String(string(attrPoolName), in.cfg.poolName)
-	idleOpts := []metric.ObserveOption{metric.WithAttributeSet(attribute.NewSet(pool, attrState.String("idle")))}
-	poolOpts := []metric.ObserveOption{metric.WithAttributeSet(attribute.NewSet(pool))}
-	in.reg, err = meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
-		now := time.Now()
-		type sums struct {
-			hold, active float64
-			used         int64
-		}
-		per := make(map[*tagState]*sums, 8)
-		in.mu.Lock()
-		for ts, s := range in.closedSum {
-			per[ts] = &sums{hold: s.hold, active: s.active}
-		}
-		for c, h := range in.open {
-			ts := in.deflt.metrics
-			if h.tag != nil {
-				ts = h.tag.metrics
-			}
-			s := per[ts]
-			if s == nil {
-				s = &sums{}
-				per[ts] = s
-			}
-			s.hold += now.Sub(h.start).Seconds()
-			s.active += time.Duration(c.activeNanos.Load()).Seconds()
-			s.used++
-		}
-		in.mu.Unlock()
-		for ts, s := range per {
-			o.ObserveFloat64(hold, s.hold, ts.obsOpts...)
-			o.ObserveFloat64(active, s.active, ts.obsOpts...)
-			o.ObserveFloat64(idle, max(0, s.hold-s.active), ts.obsOpts...)
-			o.ObserveInt64(count, s.used, ts.obsOpts...)
-		}
-		st := db.Stats()
-		o.ObserveInt64(count, int64(st.Idle), idleOpts...)
-		o.ObserveInt64(maxConns, int64(st.MaxOpenConnections), poolOpts...)
-		o.ObserveInt64(waits, st.WaitCount, poolOpts...)
-		o.ObserveFloat64(waitTime, st.WaitDuration.Seconds(), poolOpts...)
-		return nil
-	}, hold, active, idle, count, maxConns, waits, waitTime)
-	return err
-}
+// now is a monotonic timestamp in nanoseconds, never 0. time.Since reads
+// only the monotonic clock: half the cost of time.Now.
+func (in *instr) now() int64 { return int64(time.Since(in.epoch)) + 1 }
 
-func (in *instr) close() error {
-	if in.reg != nil {
-		return in.reg.Unregister()
-	}
-	return nil
-}
+func (in *instr) wall(ts int64) time.Time { return in.epoch.Add(time.Duration(ts - 1)) }
 
 // stateFor returns the tag state of a statement or borrow context.
 func (in *instr) stateFor(ctx context.Context) *tagState {
-	name, ok := TagFrom(ctx)
+	tv, ok := ctx.Value(tagKey{}).(*tagValue)
 	if !ok {
 		return in.deflt
 	}
-	return in.stateNamed(name)
+	if ts := tv.cached.Load(); ts != nil && ts.owner == in {
+		return ts
+	}
+	ts := in.stateNamed(tv.name)
+	tv.cached.Store(ts)
+	return ts
 }
 
 // stateNamed returns the state of a sanitised tag, creating it while under
@@ -225,33 +143,41 @@ func (in *instr) stateNamed(name string) *tagState {
 		return v.(*tagState)
 	}
 	if in.ntags >= in.cfg.maxTags {
-		return &tagState{name: name, comment: in.com.comment(name), metrics: in.overflow, spanAttr: AttrConnTag.String(name)}
+		return &tagState{owner: in, name: name, comment: in.com.comment(name), metrics: in.overflow, spanAttr: AttrConnTag.String(name)}
 	}
-	ts := in.newTagState(name, nil)
+	ts := in.newTagState(name)
 	in.tags.Store(name, ts)
 	in.ntags++
 	return ts
 }
 
-func (in *instr) newTagState(name string, metrics *tagState) *tagState {
-	ts := &tagState{name: name, comment: in.com.comment(name), metrics: metrics}
-	if metrics == nil {
-		ts.metrics = ts
+func (in *instr) newTagState(name string) *tagState {
+	ts := &tagState{owner: in, name: name, comment: in.com.comment(name), spanAttr: AttrConnTag.String(name)}
+	ts.metrics = ts
+	if !in.cfg.metrics {
+		return ts
 	}
 	tag := AttrConnTag.String(name)
 	pool := attrPoolName.String(in.cfg.poolName)
 	system := attrSystem.String(in.cfg.dbSystem)
 	holdSet := attribute.NewSet(tag, pool, system)
 	ts.holdOpts = []metric.RecordOption{metric.WithAttributeSet(holdSet)}
-	ts.addOpts = []metric.AddOption{metric.WithAttributeSet(holdSet)}
-	ts.obsOpts = []metric.ObserveOption{metric.WithAttributeSet(attribute.NewSet(tag, pool, attrState.String("used")))}
+	ts.obsOpts = []metric.ObserveOption{metric.WithAttributeSet(holdSet)}
+	ts.usedOpts = []metric.ObserveOption{metric.WithAttributeSet(attribute.NewSet(tag, pool, system, attrState.String("used")))}
 	for op := range numOps {
 		opName := attrOpName.String(opNames[op])
-		ts.opOpts[op][0] = []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(tag, system, opName))}
-		ts.opOpts[op][1] = []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(tag, system, opName, attrErrType.String("error")))}
+		ok := attribute.NewSet(tag, system, opName)
+		failed := attribute.NewSet(tag, system, opName, attrErrType.String("error"))
+		ts.opOpts[op][0] = opAttrs{[]metric.RecordOption{metric.WithAttributeSet(ok)}, []metric.ObserveOption{metric.WithAttributeSet(ok)}}
+		ts.opOpts[op][1] = opAttrs{[]metric.RecordOption{metric.WithAttributeSet(failed)}, []metric.ObserveOption{metric.WithAttributeSet(failed)}}
 	}
-	ts.spanAttr = tag
 	return ts
+}
+
+// eachTag calls fn for every tag state that holds metrics.
+func (in *instr) eachTag(fn func(*tagState)) {
+	in.tags.Range(func(_, v any) bool { fn(v.(*tagState)); return true })
+	fn(in.overflow)
 }
 
 // query returns query as sent for ts.
@@ -262,160 +188,23 @@ func (in *instr) query(ts *tagState, query string) string {
 	return in.com.inject(query, ts.comment)
 }
 
-// borrow starts a hold on c. ts may be nil when the borrower's tag is not
-// known yet (a connection the pool opened in the background); the first
-// statement then names it.
-func (in *instr) borrow(ctx context.Context, c *conn, ts *tagState) {
-	now := time.Now()
-	c.held.Store(true)
-	c.activeNanos.Store(0)
-	c.stmts.Store(0)
-	c.pendingTag.Store(ts == nil)
-	in.mu.Lock()
-	if old, ok := in.open[c]; ok {
-		in.mu.Unlock()
-		in.endHold(c, old) // never returned: close the books on it first
-		in.mu.Lock()
-	}
-	c.holdSeq++
-	seq := c.holdSeq
-	in.open[c] = openHold{start: now, tag: ts, seq: seq}
-	in.mu.Unlock()
-	if in.tracer != nil {
-		name := "db.connection.hold"
-		_, c.holdSpan = in.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindClient),
-			trace.WithTimestamp(now), trace.WithAttributes(attrSystem.String(in.cfg.dbSystem), attrPoolName.String(in.cfg.poolName)))
-	}
-	if in.cfg.longHold > 0 {
-		stack := make([]uintptr, 48)
-		stack = stack[:runtime.Callers(3, stack)]
-		c.longTimer = time.AfterFunc(in.cfg.longHold, func() { in.reportLongHold(c, seq, stack) })
-	}
+// track and untrack keep the set of live connections (once per connection,
+// not per statement).
+func (in *instr) track(c *conn) {
+	in.connMu.Lock()
+	in.conns[c] = struct{}{}
+	in.connMu.Unlock()
 }
 
-// nameHold gives a hold that started without a tag the tag of its first
-// statement.
-func (in *instr) nameHold(c *conn, ts *tagState) {
-	if !c.pendingTag.CompareAndSwap(true, false) {
-		return
-	}
-	in.mu.Lock()
-	if h, ok := in.open[c]; ok && h.tag == nil {
-		h.tag = ts
-		in.open[c] = h
-	}
-	in.mu.Unlock()
-}
-
-// giveBack ends c's hold, if one is open.
-func (in *instr) giveBack(c *conn) {
-	if !c.held.Swap(false) {
-		return
-	}
-	in.mu.Lock()
-	h, ok := in.open[c]
-	delete(in.open, c)
-	in.mu.Unlock()
-	if ok {
-		in.endHold(c, h)
-	}
-}
-
-func (in *instr) endHold(c *conn, h openHold) {
-	held := time.Since(h.start)
-	active := time.Duration(c.activeNanos.Load())
-	ts := h.tag
-	if ts == nil {
-		ts = in.deflt
-	}
-	m := ts.metrics
-	in.mu.Lock()
-	delete(in.open, c)
-	s := in.closedSum[m]
-	if s == nil {
-		s = &holdSums{}
-		in.closedSum[m] = s
-	}
-	s.hold += held.Seconds()
-	s.active += active.Seconds()
-	in.mu.Unlock()
-	if c.longTimer != nil {
-		c.longTimer.Stop()
-		c.longTimer = nil
-	}
-	if in.cfg.metrics {
-		in.useTime.Record(context.Background(), held.Seconds(), m.holdOpts...)
-	}
-	if c.holdSpan != nil {
-		idle := max(0, held-active)
-		c.holdSpan.SetAttributes(ts.spanAttr,
-			attribute.Float64("holdtime.hold.active_seconds", active.Seconds()),
-			attribute.Float64("holdtime.hold.idle_seconds", idle.Seconds()),
-			attribute.Int64("holdtime.hold.statements", c.stmts.Load()))
-		c.holdSpan.End()
-		c.holdSpan = nil
-	}
-}
-
-// reportLongHold runs on a timer goroutine when a hold passes the
-// threshold. It reports only if the same hold (seq) is still open.
-func (in *instr) reportLongHold(c *conn, seq uint64, stack []uintptr) {
-	in.mu.Lock()
-	h, ok := in.open[c]
-	in.mu.Unlock()
-	if !ok || h.seq != seq {
-		return
-	}
-	ts := h.tag
-	if ts == nil {
-		ts = in.deflt
-	}
-	if in.cfg.metrics {
-		in.longHolds.Add(context.Background(), 1, ts.metrics.addOpts...)
-	}
-	if in.cfg.onLongHold != nil {
-		in.cfg.onLongHold(LongHold{Tag: ts.name, Held: time.Since(h.start), Acquirer: formatStack(stack)})
-	}
-}
-
-func formatStack(pcs []uintptr) string {
-	var b strings.Builder
-	frames := runtime.CallersFrames(pcs)
-	for {
-		f, more := frames.Next()
-		// database/sql and conntag frames say nothing about who borrowed.
-		internal := strings.HasPrefix(f.Function, "database/sql.") ||
-			strings.HasPrefix(f.Function, instrumentationName+".") && !strings.HasSuffix(f.File, "_test.go")
-		if !internal {
-			b.WriteString(f.Function)
-			b.WriteString("\n\t")
-			b.WriteString(f.File)
-			b.WriteByte(':')
-			b.WriteString(itoa(f.Line))
-			b.WriteByte('\n')
-		}
-		if !more {
-			return b.String()
-		}
-	}
-}
-
-func itoa(n int) string {
-	var buf [20]byte
-	i := len(buf)
-	for n >= 10 {
-		i--
-		buf[i] = byte('0' + n%10)
-		n /= 10
-	}
-	i--
-	buf[i] = byte('0' + n)
-	return string(buf[i:])
+func (in *instr) untrack(c *conn) {
+	in.connMu.Lock()
+	delete(in.conns, c)
+	in.connMu.Unlock()
 }
 
 // stmtStart is what a statement needs to finish its books.
 type stmtStart struct {
-	at   time.Time
+	at   int64
 	ts   *tagState
 	op   op
 	span trace.Span
@@ -424,44 +213,40 @@ type stmtStart struct {
 // startStmt is called before a driver call that is a statement.
 func (in *instr) startStmt(ctx context.Context, c *conn, ts *tagState, rawQuery, sent string) (stmtStart, context.Context) {
 	in.ensureHold(ctx, c, ts)
-	s := stmtStart{at: time.Now(), ts: ts, op: operationOf(rawQuery)}
+	s := stmtStart{at: in.now(), ts: ts, op: operationOf(rawQuery)}
 	if in.tracer != nil {
 		attrs := []attribute.KeyValue{ts.spanAttr, attrSystem.String(in.cfg.dbSystem), attrOpName.String(opNames[s.op])}
 		if in.cfg.queryText {
 			attrs = append(attrs, attrQuery.String(sent))
 		}
 		ctx, s.span = in.tracer.Start(ctx, opNames[s.op], trace.WithSpanKind(trace.SpanKindClient),
-			trace.WithTimestamp(s.at), trace.WithAttributes(attrs...))
+			trace.WithTimestamp(in.wall(s.at)), trace.WithAttributes(attrs...))
 	}
 	return s, ctx
 }
 
-// ensureHold starts a hold when a driver call arrives on a connection that
-// the pool handed out without telling the driver (see borrow), and names a
-// hold whose borrower had no tag.
-func (in *instr) ensureHold(ctx context.Context, c *conn, ts *tagState) {
-	if !c.held.Load() {
-		in.borrow(ctx, c, ts)
-		return
-	}
-	if c.pendingTag.Load() {
-		in.nameHold(c, ts)
-	}
-}
-
 // endStmt closes the books on a statement started with startStmt.
 func (in *instr) endStmt(c *conn, s stmtStart, err error) {
-	d := time.Since(s.at)
-	c.activeNanos.Add(int64(d))
-	c.stmts.Add(1)
+	d := in.now() - s.at
+	c.activeNanos.Add(d)
 	failed := 0
 	if err != nil {
 		failed = 1
 	}
 	if in.cfg.metrics {
-		in.opDuration.Record(context.Background(), d.Seconds(), s.ts.metrics.opOpts[s.op][failed]...)
+		t := &s.ts.metrics.ops[s.op]
+		t.count.Add(1)
+		t.nanos.Add(d)
+		if failed == 1 {
+			t.errors.Add(1)
+			t.errNanos.Add(d)
+		}
+		if in.cfg.histograms {
+			in.inst.opDuration.Record(context.Background(), time.Duration(d).Seconds(), s.ts.metrics.opOpts[s.op][failed].record...)
+		}
 	}
 	if s.span != nil {
+		c.stmts.Add(1)
 		if err != nil {
 			s.span.RecordError(err)
 			s.span.SetStatus(codes.Error, err.Error())
@@ -470,21 +255,21 @@ func (in *instr) endStmt(c *conn, s stmtStart, err error) {
 	}
 }
 
-// timeCall measures a driver call that is not a statement (prepare, ping,
-// begin): it is active time of the hold.
-func (in *instr) timeCall(ctx context.Context, c *conn, ts *tagState) time.Time {
-	in.ensureHold(ctx, c, ts)
-	return time.Now()
-}
-
-func (in *instr) endCall(c *conn, start time.Time) {
-	c.activeNanos.Add(int64(time.Since(start)))
-}
-
 // dropStmt forgets a statement the driver declined with driver.ErrSkip:
 // database/sql retries it another way, which is measured instead.
 func (in *instr) dropStmt(s stmtStart) {
 	if s.span != nil {
 		s.span.End()
 	}
+}
+
+// timeCall measures a driver call that is not a statement (prepare, ping):
+// it is active time of the hold.
+func (in *instr) timeCall(ctx context.Context, c *conn, ts *tagState) int64 {
+	in.ensureHold(ctx, c, ts)
+	return in.now()
+}
+
+func (in *instr) endCall(c *conn, start int64) {
+	c.activeNanos.Add(in.now() - start)
 }

@@ -15,6 +15,7 @@ type config struct {
 	meterProvider  metric.MeterProvider
 	tracerProvider trace.TracerProvider
 	metrics        bool
+	histograms     bool
 	defaultTag     string
 	format         Format
 	static         map[string]string
@@ -69,6 +70,16 @@ func WithTracerProvider(tp trace.TracerProvider) Option {
 // wrapper then adds nothing but the comment to a statement.
 func WithoutMetrics() Option {
 	return func(c *config) { c.metrics = false }
+}
+
+// WithHistograms adds the semantic-convention histograms
+// db.client.connection.use_time (one measurement per hold) and
+// db.client.operation.duration (one per statement). Off by default: through
+// the OpenTelemetry SDK each measurement costs more than everything else
+// conntag does for a statement (see BenchmarkStatement), while the default
+// counters already give occupancy, average hold and the active/idle split.
+func WithHistograms() Option {
+	return func(c *config) { c.histograms = true }
 }
 
 // WithDefaultTag sets the tag of statements whose context carries none.

@@ -1,6 +1,9 @@
 package conntag
 
-import "context"
+import (
+	"context"
+	"sync/atomic"
+)
 
 // MaxTagLen is the longest tag, in bytes, that a statement carries. Longer
 // tags are cut.
@@ -17,6 +20,9 @@ type tagKey struct{}
 // context rather than once per statement.
 type tagValue struct {
 	name string
+	// cached is the tag's state in the pool that last used this context,
+	// which saves the tag lookup for every statement after the first.
+	cached atomic.Pointer[tagState]
 }
 
 // WithTag returns a context whose statements carry tag, the business

@@ -20,7 +20,7 @@ type conn struct {
 
 	// Hold state. database/sql serialises calls on one connection; the
 	// atomics are also read by the metrics callback and the long-hold timer.
-	holdStart   atomic.Int64              // instr.now() at borrow; 0: not held
+	holdStart   atomic.Int64             // instr.now() at borrow; 0: not held
 	holdTag     atomic.Pointer[tagState] // nil: borrower had no tag (yet)
 	holdSeq     atomic.Uint64
 	activeNanos atomic.Int64

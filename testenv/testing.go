@@ -81,18 +81,35 @@ func Main(m *testing.M) {
 // (CI=true), naming the install command.
 func Shared(tb testing.TB) *Target {
 	tb.Helper()
+	t, err := SharedTarget()
+	if err != nil {
+		if errors.Is(err, ErrNotInstalled) && os.Getenv("CI") != "true" {
+			tb.Skipf("%v", err)
+		}
+		tb.Fatalf("%v", err)
+	}
+	return t
+}
+
+// SharedTarget is Shared for code that has no testing.TB, such as Example
+// functions: it returns the binary's shared target, starting it on first use.
+func SharedTarget() (*Target, error) {
 	shared.mu.Lock()
 	defer shared.mu.Unlock()
 	if shared.target == nil && shared.err == nil {
 		shared.target, shared.err = openTarget(context.Background())
 	}
-	if shared.err != nil {
-		if errors.Is(shared.err, ErrNotInstalled) && os.Getenv("CI") != "true" {
-			tb.Skipf("%v", shared.err)
-		}
-		tb.Fatalf("%v", shared.err)
+	return shared.target, shared.err
+}
+
+// Available reports whether a server can be had (HOLDTIME_MYSQL_DSN is set
+// or a supported binary is installed) without starting one.
+func Available() bool {
+	if os.Getenv(DSNEnv) != "" {
+		return true
 	}
-	return shared.target
+	_, err := findMySQL("")
+	return err == nil
 }
 
 // OpenTarget starts a throwaway server, or connects to HOLDTIME_MYSQL_DSN when

@@ -214,21 +214,32 @@ func (a *Aggregator) AddHold(h *Hold) {
 	if h.Truncated {
 		t.truncated++
 	}
-	for _, name := range h.Pins.Names() {
-		t.pins[name]++
+	for _, pn := range pinNames {
+		if h.Pins&pn.pin != 0 {
+			t.pins[pn.name]++
+		}
 	}
 	if h.UnknownReason != "" {
 		t.reasons[h.UnknownReason] += clipped
 	}
-	t.hist.add(h.DurationUS())
+	d := h.DurationUS()
+	t.hist.add(d)
+	if !makesList(t.longest, d, a.cfg.LongestHolds) && !makesList(a.longest, d, a.cfg.LongestHolds) {
+		return // most holds: no need to build the report entry
+	}
 	hr := HoldReport{
 		Tag: h.Tag, SessionID: h.SessionID, Client: h.Client, User: h.User, Hostgroup: h.Hostgroup,
-		Kind: h.Kind.String(), Start: time.UnixMicro(h.StartUS).UTC(), Seconds: seconds(h.DurationUS()),
-		IdleSeconds: seconds(h.DurationUS() - active), Statements: h.Statements, Pins: h.Pins.Names(),
+		Kind: h.Kind.String(), Start: time.UnixMicro(h.StartUS).UTC(), Seconds: seconds(d),
+		IdleSeconds: seconds(d - active), Statements: h.Statements, Pins: h.Pins.Names(),
 		UnknownReason: h.UnknownReason, Truncated: h.Truncated,
 	}
 	t.longest = keepLongest(t.longest, hr, a.cfg.LongestHolds)
 	a.longest = keepLongest(a.longest, hr, a.cfg.LongestHolds)
+}
+
+// makesList reports whether a hold of durUS would enter a longest list.
+func makesList(list []HoldReport, durUS int64, n int) bool {
+	return len(list) < n || seconds(durUS) > list[n-1].Seconds
 }
 
 // keepLongest inserts h into list, sorted longest first, kept to n entries.

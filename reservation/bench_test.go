@@ -1,0 +1,134 @@
+package reservation
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+	"github.com/holdtime/holdtime/testenv"
+)
+
+// BenchmarkHotItem: concurrent checkouts (one reserve each) of one hot item,
+// with and without in-transaction application work. Each group has the
+// counter baseline and a hand-written minimal SKIP LOCKED loop doing the same
+// statements, so results read as ratios (reserves/s).
+//
+//	go test -run '^$' -bench BenchmarkHotItem -benchtime 400x ./reservation/
+func BenchmarkHotItem(b *testing.B) {
+	cfg := testenv.NewDatabase(b).Config()
+	cfg.InterpolateParams = true // one round trip per statement
+	connector, err := mysql.NewConnector(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	db := sql.OpenDB(connector)
+	b.Cleanup(func() { db.Close() })
+	db.SetMaxOpenConns(80)
+	db.SetMaxIdleConns(80)
+	setupEngine, err := New(db, Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := setupEngine.Migrate(b.Context()); err != nil {
+		b.Fatal(err)
+	}
+	var item atomic.Uint64
+	for _, c := range []struct {
+		work        time.Duration
+		concurrency int
+	}{{2 * time.Millisecond, 32}, {2 * time.Millisecond, 64}, {0, 8}, {0, 32}} {
+		for _, s := range []string{"counter", "skip_locked", "minimal_loop"} {
+			b.Run(fmt.Sprintf("work=%v/conc=%d/%s", c.work, c.concurrency, s), func(b *testing.B) {
+				strategy := Strategy(s)
+				if s == "minimal_loop" {
+					strategy = StrategySkipLocked
+				}
+				e, err := New(db, Config{Strategy: strategy})
+				if err != nil {
+					b.Fatal(err)
+				}
+				key := ItemKey{1, item.Add(1), 1}
+				ctx := b.Context()
+				if err := e.Receive(ctx, StockParams{ItemKey: key, Quantity: int64(b.N) + 1000}); err != nil {
+					b.Fatal(err)
+				}
+				reserve := func(ctx context.Context, id string) error {
+					p := cart(id, key, 1)
+					if c.work > 0 {
+						p.InTx = func(context.Context, *sql.Tx) error { time.Sleep(c.work); return nil }
+					}
+					_, err := e.Reserve(ctx, p)
+					return err
+				}
+				if s == "minimal_loop" {
+					// The loop has no refill: pool every unit up front.
+					tx, _ := db.BeginTx(ctx, nil)
+					if err := e.addToPool(ctx, tx, key, int64(b.N)+100); err != nil {
+						b.Fatal(err)
+					}
+					tx.Commit()
+					reserve = func(ctx context.Context, id string) error { return minimalReserve(ctx, db, key, id, c.work) }
+				} else if _, err := e.Refill(ctx, key); err != nil {
+					b.Fatal(err)
+				}
+				b.ReportAllocs()
+				b.ResetTimer()
+				start := time.Now()
+				var next atomic.Int64
+				var wg sync.WaitGroup
+				for w := range c.concurrency {
+					wg.Go(func() {
+						for i := next.Add(1); i <= int64(b.N); i = next.Add(1) {
+							if err := reserve(ctx, fmt.Sprintf("%d-%d-%d", key.ItemID, w, i)); err != nil {
+								b.Error(err)
+								return
+							}
+						}
+					})
+				}
+				wg.Wait()
+				b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "reserves/s")
+			})
+		}
+	}
+}
+
+// minimalReserve is the smallest correct SKIP LOCKED reserve of one unit:
+// the same statements as the engine, none of its bookkeeping.
+func minimalReserve(ctx context.Context, db *sql.DB, key ItemKey, id string, work time.Duration) error {
+	for {
+		tx, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+		if err != nil {
+			return err
+		}
+		var unit uint64
+		err = tx.QueryRowContext(ctx, `SELECT id FROM inventory_reservation_units WHERE shop_id = ? AND inventory_item_id = ?
+			AND inventory_group_id = ? ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED`, key.ShopID, key.ItemID, key.GroupID).Scan(&unit)
+		if err == sql.ErrNoRows {
+			tx.Rollback()
+			continue
+		}
+		if err == nil {
+			_, err = tx.ExecContext(ctx, `DELETE FROM inventory_reservation_units WHERE id = ?`, unit)
+		}
+		if err == nil {
+			_, err = tx.ExecContext(ctx, insertReservation, key.ShopID, id, int64(time.Minute/time.Microsecond))
+		}
+		if err == nil {
+			_, err = tx.ExecContext(ctx, insertReservedPrefix+insertReservedRow, key.ShopID, id, key.ItemID, key.GroupID, 1)
+		}
+		if err == nil && work > 0 {
+			time.Sleep(work)
+		}
+		if err == nil {
+			err = tx.Commit()
+		}
+		tx.Rollback()
+		return err
+	}
+}

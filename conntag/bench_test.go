@@ -5,7 +5,12 @@ import (
 	"database/sql"
 	"database/sql/driver"
 	"io"
+	"slices"
 	"testing"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+	"github.com/holdtime/holdtime/testenv"
 
 	"go.opentelemetry.io/otel/metric/noop"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
@@ -105,4 +110,79 @@ func BenchmarkStatement(b *testing.B) {
 		})
 		db.Close()
 	}
+}
+
+// BenchmarkLoopback compares statements on two pools against the real test
+// server over loopback: "control" runs raw against raw (the noise floor of
+// the method on this machine), "conntag" raw against wrapped with metrics
+// on. Each iteration runs one statement on each pool, alternating which goes
+// first, and every 200 iterations both pools reconnect, so neither keeps a
+// lucky or unlucky server thread. It reports each side's median latency and
+// the ratio b/a.
+func BenchmarkLoopback(b *testing.B) {
+	d := testenv.NewDatabase(b)
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	defer mp.Shutdown(context.Background())
+	ctx := WithTag(context.Background(), "checkout_completion")
+	wrappedPool := func() *sql.DB {
+		connector, err := mysql.NewConnector(d.Config())
+		if err != nil {
+			b.Fatal(err)
+		}
+		db := OpenDB(connector, WithMeterProvider(mp))
+		b.Cleanup(func() { db.Close() })
+		return db
+	}
+	for _, c := range []struct {
+		name string
+		a, b func() *sql.DB
+	}{
+		{"control", func() *sql.DB { return d.Open(b) }, func() *sql.DB { return d.Open(b) }},
+		{"conntag", func() *sql.DB { return d.Open(b) }, wrappedPool},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			pa, pb := c.a(), c.b()
+			run := func(db *sql.DB) time.Duration {
+				start := time.Now()
+				var v int
+				if err := db.QueryRowContext(ctx, "SELECT 1").Scan(&v); err != nil {
+					b.Fatal(err)
+				}
+				return time.Since(start)
+			}
+			reconnect := func() {
+				for _, db := range []*sql.DB{pa, pb} {
+					db.SetMaxIdleConns(0) // closes the idle connection
+					db.SetMaxIdleConns(2)
+					run(db) // connect outside the measurement
+				}
+			}
+			var la, lb []time.Duration
+			i := 0
+			for b.Loop() {
+				if i%200 == 0 {
+					reconnect()
+				}
+				if i%2 == 0 {
+					la = append(la, run(pa))
+					lb = append(lb, run(pb))
+				} else {
+					lb = append(lb, run(pb))
+					la = append(la, run(pa))
+				}
+				i++
+			}
+			ma, mb := median(la), median(lb)
+			b.ReportMetric(float64(ma.Nanoseconds()), "a-median-ns")
+			b.ReportMetric(float64(mb.Nanoseconds()), "b-median-ns")
+			b.ReportMetric(float64(mb)/float64(ma), "b/a")
+		})
+	}
+}
+
+func median(d []time.Duration) time.Duration {
+	s := slices.Clone(d)
+	slices.Sort(s)
+	return s[len(s)/2]
 }

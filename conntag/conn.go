@@ -27,6 +27,7 @@ type conn struct {
 	stmts       atomic.Int64
 	holdSpan    trace.Span
 	longTimer   *time.Timer
+	sessionID   int64 // see WithSessionID; 0 when unknown
 
 	// skipArgs remembers that the inner driver answered ErrSkip to an
 	// Exec/Query with arguments (go-sql-driver/mysql does unless

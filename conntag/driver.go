@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"time"
 )
 
@@ -98,6 +99,12 @@ func (c *connector) Connect(ctx context.Context) (driver.Conn, error) {
 		c.in.inst.createTime.Record(ctx, time.Since(start).Seconds(), ts.metrics.holdOpts...)
 	}
 	cn := &conn{inner: ci, in: c.in}
+	if c.in.cfg.sessionID && c.in.tracer != nil {
+		if cn.sessionID, err = sessionID(ctx, ci); err != nil {
+			ci.Close()
+			return nil, err
+		}
+	}
 	c.in.track(cn)
 	if tagged {
 		c.in.borrow(ctx, cn, ts)
@@ -141,3 +148,35 @@ type dsnConnector struct {
 
 func (t dsnConnector) Connect(context.Context) (driver.Conn, error) { return t.driver.Open(t.dsn) }
 func (t dsnConnector) Driver() driver.Driver                        { return t.driver }
+
+// sessionIDQuery must be sent exactly so: ProxySQL answers only this text
+// itself; with a comment added it would go to the backend.
+const sessionIDQuery = "SELECT CONNECTION_ID()"
+
+// sessionID asks a new connection for its session id (see WithSessionID).
+func sessionID(ctx context.Context, ci driver.Conn) (int64, error) {
+	qc, ok := ci.(driver.QueryerContext)
+	if !ok {
+		return 0, nil
+	}
+	rows, err := qc.QueryContext(ctx, sessionIDQuery, nil)
+	if err != nil {
+		return 0, err
+	}
+	defer rows.Close()
+	dest := make([]driver.Value, 1)
+	if err := rows.Next(dest); err != nil {
+		return 0, err
+	}
+	switch v := dest[0].(type) {
+	case int64:
+		return v, nil
+	case uint64:
+		return int64(v), nil
+	case []byte:
+		return strconv.ParseInt(string(v), 10, 64)
+	case string:
+		return strconv.ParseInt(v, 10, 64)
+	}
+	return 0, fmt.Errorf("conntag: %s returned %T", sessionIDQuery, dest[0])
+}

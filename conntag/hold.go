@@ -37,6 +37,9 @@ func (in *instr) borrow(ctx context.Context, c *conn, ts *tagState) {
 		_, c.holdSpan = in.tracer.Start(ctx, "db.connection.hold", trace.WithSpanKind(trace.SpanKindClient),
 			trace.WithTimestamp(in.wall(now)),
 			trace.WithAttributes(attrSystem.String(in.cfg.dbSystem), attrPoolName.String(in.cfg.poolName)))
+		if c.sessionID != 0 {
+			c.holdSpan.SetAttributes(attribute.Int64("holdtime.session_id", c.sessionID))
+		}
 	}
 	if in.cfg.longHold > 0 {
 		seq := c.holdSeq.Add(1)

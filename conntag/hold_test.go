@@ -273,10 +273,14 @@ func TestTagCap(t *testing.T) {
 func TestSpans(t *testing.T) {
 	rec := tracetest.NewSpanRecorder()
 	tp := trace.NewTracerProvider(trace.WithSpanProcessor(rec))
-	f := newFixture(t, WithTracerProvider(tp))
+	f := newFixture(t, WithTracerProvider(tp), WithSessionID())
 	ctx := WithTag(context.Background(), "traced")
 	c, err := f.db.Conn(ctx)
 	if err != nil {
+		t.Fatal(err)
+	}
+	var serverID string
+	if err := c.QueryRowContext(ctx, "SELECT CONNECTION_ID()").Scan(&serverID); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := c.ExecContext(ctx, "SELECT 1"); err != nil {
@@ -296,7 +300,8 @@ func TestSpans(t *testing.T) {
 		case "SELECT":
 			stmt = attrs["db.operation.name"] == "SELECT"
 		case "db.connection.hold":
-			hold = attrs["holdtime.hold.statements"] == "1" && attrs["holdtime.hold.idle_seconds"] != ""
+			hold = attrs["holdtime.hold.statements"] == "2" && attrs["holdtime.hold.idle_seconds"] != "" &&
+				attrs["holdtime.session_id"] == serverID
 		}
 	}
 	if !stmt || !hold {

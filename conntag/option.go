@@ -25,6 +25,7 @@ type config struct {
 	longHold       time.Duration
 	onLongHold     func(LongHold)
 	queryText      bool
+	sessionID      bool
 }
 
 // DefaultMaxTags is the default cap on distinct tags in metrics.
@@ -134,6 +135,17 @@ func WithPoolName(name string) Option {
 // spans as db.query.text. Off by default: statement text can carry values.
 func WithQueryText() Option {
 	return func(c *config) { c.queryText = true }
+}
+
+// WithSessionID runs the exact statement "SELECT CONNECTION_ID()" once on
+// every new connection and puts the answer on that connection's hold spans
+// as holdtime.session_id. Behind ProxySQL, which answers that exact text
+// itself, it is the ProxySQL SessionID (thread_id in its events log), so the
+// collector can join app-side holds to proxy sessions exactly; connected
+// directly, it is the server's processlist ID. It costs one round trip per
+// new connection and only matters with WithTracerProvider.
+func WithSessionID() Option {
+	return func(c *config) { c.sessionID = true }
 }
 
 // LongHold describes a hold that passed the long-hold threshold.

@@ -4,12 +4,12 @@
 GO ?= go
 export PATH := $(PATH):/usr/sbin:/usr/local/sbin
 
-.PHONY: demo test fmt-check vet race bench deps deps-mariadb
+.PHONY: demo test fmt-check vet race bench benchcmp-test deps deps-mariadb
 
 demo: deps-mariadb
 	$(GO) run ./cmd/holdtime demo
 
-test: fmt-check vet race
+test: fmt-check vet race benchcmp-test
 
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
@@ -23,6 +23,12 @@ race:
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
+	cd internal/benchcmp && $(GO) test -run '^$$' -bench . -benchmem
+
+# internal/benchcmp is its own module (it keeps otelsql out of holdtime's
+# dependencies); its test checks the comparison is fair.
+benchcmp-test:
+	cd internal/benchcmp && $(GO) vet ./... && $(GO) test -count=1 ./...
 
 deps-mariadb:
 	.ci/install-deps mariadb

@@ -2,11 +2,115 @@
 // carries the business process that issued it, and measures per process how
 // long connections are held, actively used and idly held.
 //
-// Adoption is one line: conntag.Open instead of sql.Open. The result is a
-// plain *sql.DB for your own code, sqlx, gorm, ent or sqlc output:
+// # Adoption
+//
+// One line: conntag.Open instead of sql.Open (or conntag.OpenDB instead of
+// sql.OpenDB). The result is a plain *sql.DB for your own code, sqlx, gorm,
+// ent or sqlc output:
 //
 //	db, err := conntag.Open("mysql", dsn)
 //	...
 //	ctx = conntag.WithTag(ctx, "checkout_completion")
 //	db.QueryContext(ctx, "SELECT ...") // sent as /* conn_tag:checkout_completion */ SELECT ...
+//
+// A context without a tag uses the default tag, "untagged" (WithDefaultTag).
+// Tags are sanitised once, in WithTag: [A-Za-z0-9_.:-], at most 64 bytes;
+// anything else becomes '_', so no tag can end the comment early or carry the
+// '@' that makes ProxySQL disable multiplexing.
+//
+// # Statement text
+//
+// The tag goes after any comments the statement already starts with
+// (ProxySQL reads key=value annotations from the first comment only) and
+// before the first keyword; executable comments (/*!…*/) and optimizer hints
+// stay where they are. A statement that already starts with a conn_tag
+// comment is left alone. WithFormat(FormatSQLCommenter) appends the
+// sqlcommenter form instead; WithStaticAttributes adds fixed key/values.
+//
+// Prepared statements carry the tag of the context that prepared them: the
+// text is fixed at prepare time. Each execution is still measured under the
+// tag of its own context. BEGIN and COMMIT are sent by the driver itself and
+// carry no comment; conntag counts them for the transaction's tag, and
+// holdtime's collector attributes them to the transaction they belong to.
+// Nothing high-cardinality (trace ids, user ids) is put into statement text:
+// every distinct text is a separate entry in ProxySQL's digest table and in
+// statement caches.
+//
+// # What is measured, and what is not
+//
+// database/sql tells a driver when a pooled connection is borrowed again
+// (SessionResetter.ResetSession, with the borrower's context) and when it is
+// returned (Validator.IsValid). conntag measures from those calls:
+//
+//   - hold: borrow to return, attributed to the borrower's tag;
+//   - active: the part of a hold inside driver calls (statements including
+//     reading their rows, begin, commit, prepare, ping);
+//   - idle hold: hold minus active, a borrowed connection doing nothing;
+//   - statements and failed statements per tag and operation, attributed to
+//     each statement's own context.
+//
+// A connection the pool opened in the background, or returned without
+// asking for a reset, is handed out without a call to the driver; its hold
+// then starts at its first driver call, and a hold whose borrower had no tag
+// takes the tag of its first statement.
+//
+// Wait time (asking the pool to getting a connection) happens inside
+// database/sql before any driver code runs, so no driver wrapper can see it
+// per request or per tag. conntag exports the pool's own figures from
+// DB.Stats instead: holdtime.pool.waits and holdtime.pool.wait_time (totals),
+// and connections by state. The number of callers waiting right now is not
+// exposed by database/sql at all. To see which tags suffer from waits, watch
+// occupancy: the tags that hold connections longest are the ones others
+// wait for.
+//
+// # Metrics
+//
+// Through the OpenTelemetry MeterProvider of WithMeterProvider (default: the
+// global one). Every per-tag series carries conn_tag. Prometheus names, as
+// the OpenTelemetry Prometheus exporter writes them, in brackets:
+//
+//   - holdtime.connection.hold_time (holdtime_connection_hold_time_seconds_total):
+//     hold seconds, including holds in progress. rate() of it is occupancy,
+//     the connections a tag keeps busy: the headline number.
+//   - holdtime.connection.active_time, holdtime.connection.idle_time
+//     (…_seconds_total): the split of the hold.
+//   - holdtime.connection.holds (holdtime_connection_holds_total): completed holds.
+//   - holdtime.connection.long_holds (holdtime_connection_long_holds_total):
+//     holds past WithLongHoldThreshold.
+//   - holdtime.client.operations, holdtime.client.operation_time: statements
+//     and their seconds by conn_tag, db.operation.name and error.type.
+//   - db.client.connection.count (state=idle|used; used also per conn_tag),
+//     db.client.connection.max, db.client.connection.create_time,
+//     holdtime.pool.waits, holdtime.pool.wait_time: the pool.
+//   - With WithHistograms: db.client.connection.use_time (per hold) and
+//     db.client.operation.duration (per statement), the semantic-convention
+//     histograms. They are opt-in because each measurement through the SDK
+//     costs more than everything else conntag does for a statement; the
+//     counters above already give occupancy, average hold and the split.
+//
+// Counters are kept in atomics and read when metrics are collected; a
+// statement costs two clock reads and a few atomic adds (a hold two more),
+// plus one string allocation for the tagged text. Nothing is registered
+// anywhere the caller did not pass.
+//
+// # Spans
+//
+// WithTracerProvider turns on one span per statement (named by operation)
+// and one per hold ("db.connection.hold", with holdtime.hold.active_seconds,
+// holdtime.hold.idle_seconds, holdtime.hold.statements and, with
+// WithSessionID, holdtime.session_id), for holdtime's collector or any
+// OpenTelemetry backend.
+//
+// # Long holds
+//
+// WithLongHoldThreshold reports a hold once it passes a threshold, while it
+// is still open, with its tag, its age and the stack of the code that
+// borrowed the connection (captured at every borrow only while the option is
+// on), and counts it per tag: HikariCP's leak detection, per tag.
+//
+// # Cardinality
+//
+// At most WithMaxTags distinct tags (default 200) get their own series;
+// later ones are counted as "other", so a caller that puts an id into a tag
+// cannot explode metric cardinality. Statement text keeps the real tag.
 package conntag

@@ -98,6 +98,11 @@ func TestServerReceivesTaggedText(t *testing.T) {
 			t.Errorf("no operation recorded for tag %s: %v", tag, ops)
 		}
 	}
+	// An Exec with arguments that the driver declines (driver.ErrSkip) and
+	// database/sql redoes as prepare+exec counts once.
+	if got := ops["exec_args"].sum; got != 1 {
+		t.Errorf("exec_args operations = %v, want 1", got)
+	}
 	if ops["prepared_tag"].sum != 0 {
 		t.Errorf("the preparer's tag got the execution: %v", ops)
 	}

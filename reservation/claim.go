@@ -49,12 +49,14 @@ func (e *Engine) claimOnce(ctx context.Context, shopID uint64, id string) error 
 	case state == StateExpired:
 		return ErrExpired
 	case due:
-		if err := e.endHold(ctx, tx, shopID, id, StateExpired); err != nil {
+		lines, err := e.endHold(ctx, tx, shopID, id, StateExpired)
+		if err != nil {
 			return err
 		}
 		if err := tx.Commit(); err != nil {
 			return classify(err)
 		}
+		e.returned(shopID, lines)
 		e.stats.expired.Add(1)
 		e.metrics.expired(ctx, 1)
 		return ErrExpired
@@ -111,12 +113,14 @@ func (e *Engine) releaseOnce(ctx context.Context, shopID uint64, id string) erro
 	case StateReleased, StateExpired:
 		return nil
 	}
-	if err := e.endHold(ctx, tx, shopID, id, StateReleased); err != nil {
+	lines, err := e.endHold(ctx, tx, shopID, id, StateReleased)
+	if err != nil {
 		return err
 	}
 	if err := tx.Commit(); err != nil {
 		return classify(err)
 	}
+	e.returned(shopID, lines)
 	e.stats.releases.Add(1)
 	return nil
 }
@@ -154,24 +158,32 @@ func readHeld(ctx context.Context, tx *sql.Tx, shopID uint64, id string) ([]Rese
 }
 
 // endHold returns the units of a locked, held reservation to the pool and
-// sets its final state. The pool inserts are fresh rows that wait on no
-// lock, so taking them after the reservation lock keeps the lock order
-// (units, reserved quantities, ledger) free of cycles.
-func (e *Engine) endHold(ctx context.Context, tx *sql.Tx, shopID uint64, id string, state State) error {
+// sets its final state, returning the lines it returned. The pool inserts
+// are fresh rows that wait on no lock, so taking them after the
+// reservation lock keeps the lock order (units, reserved quantities,
+// ledger) free of cycles.
+func (e *Engine) endHold(ctx context.Context, tx *sql.Tx, shopID uint64, id string, state State) ([]ReservedLine, error) {
 	lines, err := readHeld(ctx, tx, shopID, id)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if _, err := tx.ExecContext(ctx, deleteReserved, shopID, id); err != nil {
-		return classify(err)
+		return nil, classify(err)
 	}
 	for _, l := range lines {
 		if err := e.addToPool(ctx, tx, ItemKey{shopID, l.ItemID, l.GroupID}, l.Quantity); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	_, err = tx.ExecContext(ctx, setState, state, shopID, id)
-	return classify(err)
+	return lines, classify(err)
+}
+
+// returned records units a committed release or expiry put back in pools.
+func (e *Engine) returned(shopID uint64, lines []ReservedLine) {
+	for _, l := range lines {
+		e.touch(ItemKey{shopID, l.ItemID, l.GroupID}, l.Quantity)
+	}
 }
 
 // ExpireDue returns every hold past its expiry to the pool, in batches of
@@ -220,13 +232,19 @@ func (e *Engine) expireBatch(ctx context.Context) (int, error) {
 	if err := rows.Close(); err != nil {
 		return 0, classify(err)
 	}
+	var ended [][]ReservedLine
 	for _, d := range batch {
-		if err := e.endHold(ctx, tx, d.shopID, d.id, StateExpired); err != nil {
+		lines, err := e.endHold(ctx, tx, d.shopID, d.id, StateExpired)
+		if err != nil {
 			return 0, err
 		}
+		ended = append(ended, lines)
 	}
 	if err := tx.Commit(); err != nil {
 		return 0, classify(err)
+	}
+	for i, d := range batch {
+		e.returned(d.shopID, ended[i])
 	}
 	e.stats.expired.Add(int64(len(batch)))
 	e.metrics.expired(ctx, len(batch))

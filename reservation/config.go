@@ -56,14 +56,31 @@ type Config struct {
 	// MaxLines bounds the lines of one cart. Default 100.
 	MaxLines int
 	// RefillInterval is how often Run's background refiller tops up the
-	// pools of recently used items. Default 1 s.
+	// pools of its working set that are below half full (as this engine
+	// knows them) or were not counted for 10 intervals. A reserve that
+	// leaves a pool below half also wakes the refiller at once. Default 1 s.
 	RefillInterval time.Duration
+	// RefillIdle is how long an item/group stays in the refiller's working
+	// set after its last reserve, release, expiry or receipt: the refiller
+	// then forgets it (a later reserve refills inline and brings it back),
+	// so its work is bounded by the items in use, not all items ever sold.
+	// The set is also capped at 10,000 items. Default 10 minutes.
+	RefillIdle time.Duration
 	// ExpiryInterval is how often Run's sweeper returns expired holds to the
 	// pool. Default 1 s.
 	ExpiryInterval time.Duration
-	// ExpiryBatch is how many reservations one sweeper transaction expires.
-	// Default 100.
+	// ExpiryBatch is how many reservations one sweeper transaction expires,
+	// and a tenth of how many one pruning transaction deletes. Default 100.
 	ExpiryBatch int
+	// Retention is how long a reservation row is kept after its hold ended
+	// (claimed, released or expired) and after its expiry time, so that a
+	// retry with the same reservation id gets the same answer. Run deletes
+	// older rows; a retry after that gets ErrNotFound from Claim and
+	// Release, and a new reservation from Reserve. Default 24 hours.
+	Retention time.Duration
+	// PruneInterval is how often Run deletes ended reservations older than
+	// Retention. Default 1 minute.
+	PruneInterval time.Duration
 	// Tags are the conntag tags of the engine's statements. Empty fields
 	// take their defaults.
 	Tags Tags
@@ -91,6 +108,9 @@ func (c Config) withDefaults() (Config, error) {
 	c.RefillInterval = cmp.Or(c.RefillInterval, time.Second)
 	c.ExpiryInterval = cmp.Or(c.ExpiryInterval, time.Second)
 	c.ExpiryBatch = cmp.Or(c.ExpiryBatch, 100)
+	c.RefillIdle = cmp.Or(c.RefillIdle, 10*time.Minute)
+	c.Retention = cmp.Or(c.Retention, 24*time.Hour)
+	c.PruneInterval = cmp.Or(c.PruneInterval, time.Minute)
 	c.Tags.Reserve = cmp.Or(c.Tags.Reserve, "inventory_reserve")
 	c.Tags.Claim = cmp.Or(c.Tags.Claim, "inventory_claim")
 	c.Tags.Release = cmp.Or(c.Tags.Release, "inventory_release")
@@ -118,6 +138,7 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	for name, d := range map[string]time.Duration{
 		"TTL": c.TTL, "RetryBudget": c.RetryBudget, "RefillInterval": c.RefillInterval, "ExpiryInterval": c.ExpiryInterval,
+		"RefillIdle": c.RefillIdle, "Retention": c.Retention, "PruneInterval": c.PruneInterval,
 	} {
 		if d < 0 {
 			return c, fmt.Errorf("reservation: Config.%s %v is negative: use a positive duration, or 0 for the default", name, d)

@@ -43,6 +43,16 @@
 // sweeper (ExpireDue, run by Run) selects due holds with SKIP LOCKED, so it
 // never waits for a claim, and finds the hold claimed afterwards.
 //
+// # Background work and retention
+//
+// Run refills the pools of its working set: items used within
+// Config.RefillIdle (at most 10,000), at once when a reserve leaves one
+// below half, and every Config.RefillInterval otherwise; idle items are
+// forgotten, so its work follows current demand. It expires due holds and
+// deletes reservation rows that ended more than Config.Retention (default
+// 24 h) ago, which bounds the window in which a retry with the same
+// reservation id gets the same answer.
+//
 // # Errors and retries
 //
 // Deadlocks (1213), lock wait timeouts (1205), lost or killed connections
@@ -77,7 +87,17 @@
 //	holdtime.reservation.refill.units          holdtime_reservation_refill_units_total         counter: units added to pools
 //	holdtime.reservation.refill.wait.duration  holdtime_reservation_refill_wait_duration_seconds histogram (s): reserve time spent in inline refill, lock wait included
 //	holdtime.reservation.expiries              holdtime_reservation_expiries_total             counter: holds expired
-//	holdtime.reservation.pool.depth            holdtime_reservation_pool_depth                 gauge: pooled units of recently used items, as last counted by a refill
+//	holdtime.reservation.pruned                holdtime_reservation_pruned_total               counter: ended reservation rows deleted after Config.Retention
+//	holdtime.reservation.pool.depth            holdtime_reservation_pool_depth                 gauge: pooled units of the working set, live (see below)
+//
+// The pool depth is read at collection time from memory, never from the
+// database: a refill counts an item's pool under its ledger lock, and the
+// engine adjusts that count by every reserve, release and expiry it
+// commits. With one engine per shop it is exact; with several, each one's
+// gauge misses the others' takes until its next recount (every 10
+// Config.RefillInterval at most, or when it believes the pool below half).
+// Counting in the database at scrape time would cost a range scan of up to
+// Config.PoolSize rows per item in the working set on every scrape.
 //
 // Connection hold time per tag comes from conntag's own metrics; the tags
 // are Config.Tags (inventory_reserve, inventory_claim, inventory_release,

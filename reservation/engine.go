@@ -25,12 +25,28 @@ type Engine struct {
 	cfg     Config
 	metrics *metrics
 	stats   counters
+	now     func() time.Time // time.Now; tests move it
 
-	// hot holds the item/groups reserved or stocked since the background
-	// refiller last ran, with the pool depth last seen. Bounded by maxHot.
+	// hot is the refiller's working set: the item/groups reserved, released
+	// or stocked within Config.RefillIdle, with their live pool depth.
+	// Bounded by maxHot; Run forgets idle entries.
 	hotMu sync.Mutex
-	hot   map[ItemKey]int64
-	depth atomic.Int64 // sum of the last pool depths seen, for the gauge
+	hot   map[ItemKey]*hotItem
+	// wake carries items whose pool fell below half to Run, which refills
+	// them at once instead of at the next tick or on a buyer's short read.
+	wake chan ItemKey
+}
+
+// hotItem is what the engine knows of one item/group's pool.
+type hotItem struct {
+	// depth is the pooled units as counted by the last refill (under the
+	// ledger lock), adjusted since by this engine's own takes and returns:
+	// exact when one engine serves the item, and re-synchronised by every
+	// refill when several do. -1 until a refill counted it.
+	depth    int64
+	counted  time.Time // last refill's count
+	lastUsed time.Time
+	woken    bool // a wake is pending in Run
 }
 
 const maxHot = 10_000
@@ -46,8 +62,8 @@ func New(db *sql.DB, cfg Config) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &Engine{db: db, cfg: cfg, hot: make(map[ItemKey]int64)}
-	if e.metrics, err = newMetrics(cfg.MeterProvider, cfg.Strategy, e.depth.Load); err != nil {
+	e := &Engine{db: db, cfg: cfg, now: time.Now, hot: make(map[ItemKey]*hotItem), wake: make(chan ItemKey, 64)}
+	if e.metrics, err = newMetrics(cfg.MeterProvider, cfg.Strategy, e.poolDepth); err != nil {
 		return nil, err
 	}
 	return e, nil
@@ -85,14 +101,82 @@ func (e *Engine) Stats() Stats {
 	}
 }
 
-// markHot remembers key for the background refiller.
-func (e *Engine) markHot(key ItemKey) {
+// touch records that key was used and that this engine changed its pool by
+// delta units (negative: taken). When the pool is known to be below half
+// of Config.PoolSize it asks Run to refill it now, so that buyers rarely
+// find it empty and wait on an inline refill.
+func (e *Engine) touch(key ItemKey, delta int64) {
 	e.hotMu.Lock()
-	if _, ok := e.hot[key]; !ok && len(e.hot) < maxHot {
-		e.hot[key] = -1
+	h := e.hot[key]
+	if h == nil {
+		if len(e.hot) >= maxHot {
+			e.hotMu.Unlock()
+			return // inline refills still serve it
+		}
+		h = &hotItem{depth: -1}
+		e.hot[key] = h
+	}
+	h.lastUsed = e.now()
+	if h.depth >= 0 {
+		h.depth = max(h.depth+delta, 0)
+	}
+	wake := h.depth >= 0 && h.depth < int64(e.cfg.PoolSize)/2 && !h.woken
+	if wake {
+		select {
+		case e.wake <- key:
+			h.woken = true
+		default: // Run is busy or not running: its tick will do
+		}
 	}
 	e.hotMu.Unlock()
 }
+
+// counted records the pool depth a refill counted under the ledger lock.
+func (e *Engine) counted(key ItemKey, depth int64) {
+	e.hotMu.Lock()
+	if h := e.hot[key]; h != nil {
+		h.depth, h.counted, h.woken = depth, e.now(), false
+	} else if len(e.hot) < maxHot {
+		now := e.now()
+		e.hot[key] = &hotItem{depth: depth, counted: now, lastUsed: now}
+	}
+	e.hotMu.Unlock()
+}
+
+// poolDepth is the pooled units of the working set, for the gauge: a sum
+// over at most maxHot entries, read at collection time.
+func (e *Engine) poolDepth() int64 {
+	e.hotMu.Lock()
+	defer e.hotMu.Unlock()
+	var n int64
+	for _, h := range e.hot {
+		n += max(h.depth, 0)
+	}
+	return n
+}
+
+// refillDue forgets the items idle for Config.RefillIdle and returns those
+// whose pool needs a refill: unknown, below half, or not counted for
+// recountEvery refill intervals (other engines may have drained it).
+func (e *Engine) refillDue() []ItemKey {
+	now := e.now()
+	e.hotMu.Lock()
+	defer e.hotMu.Unlock()
+	var due []ItemKey
+	for k, h := range e.hot {
+		switch {
+		case now.Sub(h.lastUsed) >= e.cfg.RefillIdle:
+			delete(e.hot, k)
+		case h.depth < int64(e.cfg.PoolSize)/2, now.Sub(h.counted) >= recountEvery*e.cfg.RefillInterval:
+			due = append(due, k)
+		}
+	}
+	return due
+}
+
+// recountEvery is how many refill intervals the refiller trusts a depth it
+// kept live before counting the pool again.
+const recountEvery = 10
 
 // begin starts a READ COMMITTED transaction: a locking read then takes
 // record locks only, so refills can insert next to locked units.

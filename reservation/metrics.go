@@ -18,6 +18,7 @@ const (
 	opRelease = "release"
 	opRefill  = "refill"
 	opExpire  = "expire"
+	opPrune   = "prune"
 )
 
 // meterName is the instrumentation scope of the engine's metrics.
@@ -40,6 +41,7 @@ type metrics struct {
 	refilled    metric.Int64Counter
 	refillWaits metric.Float64Histogram
 	expiries    metric.Int64Counter
+	prunes      metric.Int64Counter
 }
 
 func newMetrics(mp metric.MeterProvider, strategy Strategy, depth func() int64) (*metrics, error) {
@@ -77,8 +79,11 @@ func newMetrics(mp metric.MeterProvider, strategy Strategy, depth func() int64) 
 	m.refillWaits = histogram("holdtime.reservation.refill.wait.duration",
 		"Time a reserve spent in inline refill, waiting for the item's refill lock included.")
 	m.expiries = counter("holdtime.reservation.expiries", "{reservation}", "Holds returned to the pool because they expired.")
+	m.prunes = counter("holdtime.reservation.pruned", "{reservation}",
+		"Ended reservation rows deleted after Config.Retention.")
 	_, err := meter.Int64ObservableGauge("holdtime.reservation.pool.depth", metric.WithUnit("{unit}"),
-		metric.WithDescription("Pooled units of the items this engine used recently, as last counted by a refill."),
+		metric.WithDescription("Pooled units of the items in this engine's working set: counted by the last refill, "+
+			"kept live by this engine's own reserves, releases and expiries."),
 		metric.WithInt64Callback(func(_ context.Context, o metric.Int64Observer) error {
 			o.Observe(depth(), metric.WithAttributes(m.strategy))
 			return nil
@@ -166,6 +171,12 @@ func (m *metrics) refillWait(ctx context.Context, d time.Duration) {
 
 func (m *metrics) backgroundRefill(ctx context.Context) {
 	m.refills.Add(ctx, 1, metric.WithAttributes(m.strategy, attribute.String("mode", "background")))
+}
+
+func (m *metrics) pruned(ctx context.Context, n int) {
+	if n > 0 {
+		m.prunes.Add(ctx, int64(n), metric.WithAttributes(m.strategy))
+	}
 }
 
 func (m *metrics) expired(ctx context.Context, n int) {

@@ -58,6 +58,16 @@ const (
 	selectDue = `SELECT shop_id, reservation_id FROM inventory_reservations ` +
 		`WHERE state = 'held' AND expires_at <= NOW(6) ORDER BY expires_at LIMIT ? FOR UPDATE SKIP LOCKED`
 
+	// selectPrunable finds ended reservations past Config.Retention through
+	// the (state, expires_at) index; updated_at (when the hold ended) keeps
+	// a hold that ended late, such as a release after its expiry time, for
+	// the full retention too.
+	selectPrunable = `SELECT shop_id, reservation_id FROM inventory_reservations ` +
+		`WHERE state IN ('claimed', 'released', 'expired') AND expires_at < NOW(6) - INTERVAL ? MICROSECOND ` +
+		`AND updated_at < NOW(6) - INTERVAL ? MICROSECOND LIMIT ? FOR UPDATE SKIP LOCKED`
+	deleteReservationsPrefix = `DELETE FROM inventory_reservations WHERE (shop_id, reservation_id) IN (`
+	deleteReservationsRow    = `(?, ?)`
+
 	receiveLedger = `INSERT INTO inventory_ledger (shop_id, inventory_item_id, inventory_group_id, on_hand) ` +
 		`VALUES (?, ?, ?, ?) ON DUPLICATE KEY UPDATE on_hand = on_hand + ?`
 	adjustLedger = `UPDATE inventory_ledger SET on_hand = on_hand + ? ` +

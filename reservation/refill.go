@@ -74,12 +74,7 @@ func (e *Engine) refill(ctx context.Context, key ItemKey, need int64) (poolState
 		return st, 0, classify(err)
 	}
 	st.pooled += max(add, 0)
-	e.hotMu.Lock()
-	if old, ok := e.hot[key]; ok || len(e.hot) < maxHot {
-		e.depth.Add(st.pooled - max(old, 0))
-		e.hot[key] = st.pooled
-	}
-	e.hotMu.Unlock()
+	e.counted(key, st.pooled)
 	if add > 0 {
 		e.stats.refilledUnits.Add(add)
 		e.metrics.refilledUnits(ctx, add)
@@ -122,45 +117,56 @@ func (e *Engine) Refill(ctx context.Context, key ItemKey) (int64, error) {
 }
 
 // Run does the engine's background work until ctx is done: it tops up the
-// pools of items reserved or stocked recently and returns expired holds to
-// the pool. Errors are logged to Config.Logger and retried next interval.
-// Run returns nil when ctx is cancelled.
+// pools of the items in its working set (used within Config.RefillIdle)
+// every Config.RefillInterval, and at once when a reserve leaves a pool
+// below half; it returns expired holds to the pool every
+// Config.ExpiryInterval and deletes ended reservations older than
+// Config.Retention every Config.PruneInterval. Errors are logged to
+// Config.Logger and retried next interval. Run returns nil when ctx is
+// cancelled.
 func (e *Engine) Run(ctx context.Context) error {
 	refill := time.NewTicker(e.cfg.RefillInterval)
 	defer refill.Stop()
 	expire := time.NewTicker(e.cfg.ExpiryInterval)
 	defer expire.Stop()
+	prune := time.NewTicker(e.cfg.PruneInterval)
+	defer prune.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
+		case key := <-e.wake:
+			e.backgroundRefill(ctx, key)
 		case <-refill.C:
 			e.refillHot(ctx)
 		case <-expire.C:
 			if _, err := e.ExpireDue(ctx); err != nil && ctx.Err() == nil {
 				e.cfg.Logger.ErrorContext(ctx, "reservation: expiry sweep failed", "error", err)
 			}
+		case <-prune.C:
+			if _, err := e.PruneEnded(ctx); err != nil && ctx.Err() == nil {
+				e.cfg.Logger.ErrorContext(ctx, "reservation: pruning ended reservations failed", "error", err)
+			}
 		}
 	}
 }
 
-// refillHot refills the pools of the items used since the last run.
+// refillHot forgets idle items and refills the pools of the working set
+// that are low or not counted recently.
 func (e *Engine) refillHot(ctx context.Context) {
-	e.hotMu.Lock()
-	keys := make([]ItemKey, 0, len(e.hot))
-	for k := range e.hot {
-		keys = append(keys, k)
-	}
-	e.hotMu.Unlock()
-	for _, k := range keys {
+	for _, k := range e.refillDue() {
 		if ctx.Err() != nil {
 			return
 		}
-		if _, err := e.Refill(ctx, k); err != nil && ctx.Err() == nil {
-			e.cfg.Logger.ErrorContext(ctx, "reservation: background refill failed", "item", k, "error", err)
-		}
-		e.metrics.backgroundRefill(ctx)
+		e.backgroundRefill(ctx, k)
 	}
+}
+
+func (e *Engine) backgroundRefill(ctx context.Context, key ItemKey) {
+	if _, err := e.Refill(ctx, key); err != nil && ctx.Err() == nil {
+		e.cfg.Logger.ErrorContext(ctx, "reservation: background refill failed", "item", key, "error", err)
+	}
+	e.metrics.backgroundRefill(ctx)
 }
 
 func deleteUnits(ctx context.Context, tx *sql.Tx, ids []uint64) error {

@@ -135,7 +135,7 @@ func (e *Engine) reserve(ctx context.Context, p ReserveParams) (*Reservation, er
 		if err == nil && short == nil {
 			e.stats.reserves.Add(1)
 			for _, pt := range parts {
-				e.markHot(pt.key)
+				e.touch(pt.key, -pt.qty)
 			}
 			return &Reservation{ShopID: p.ShopID, ID: p.ReservationID, State: StateHeld,
 				ExpiresAt: start.Add(ttl), Lines: heldLines(parts)}, nil

@@ -28,7 +28,7 @@ func (e *Engine) Receive(ctx context.Context, p StockParams) error {
 	if err != nil {
 		return fmt.Errorf("reservation: receive %+v: %w", p.ItemKey, classify(err))
 	}
-	e.markHot(p.ItemKey)
+	e.touch(p.ItemKey, 0)
 	return nil
 }
 
@@ -69,7 +69,8 @@ func (e *Engine) adjustDown(ctx context.Context, key ItemKey, n int64) error {
 	if st.onHand-st.held < n {
 		return fmt.Errorf("%w: %d units are not held, cannot remove %d", ErrInsufficientStock, st.onHand-st.held, n)
 	}
-	if fromPool := n - max(st.ledgerOnly(), 0); fromPool > 0 {
+	fromPool := max(n-max(st.ledgerOnly(), 0), 0)
+	if fromPool > 0 {
 		if err := e.removePooled(ctx, tx, key, fromPool); err != nil {
 			return err
 		}
@@ -77,7 +78,11 @@ func (e *Engine) adjustDown(ctx context.Context, key ItemKey, n int64) error {
 	if _, err := tx.ExecContext(ctx, adjustLedger, -n, key.ShopID, key.ItemID, key.GroupID); err != nil {
 		return classify(err)
 	}
-	return classify(tx.Commit())
+	if err := tx.Commit(); err != nil {
+		return classify(err)
+	}
+	e.touch(key, -fromPool)
+	return nil
 }
 
 // removePooled deletes n pooled units; units that in-flight reserves lock

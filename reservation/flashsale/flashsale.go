@@ -16,14 +16,25 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
+	"github.com/holdtime/holdtime/conntag"
 	"github.com/holdtime/holdtime/reservation"
 	"go.opentelemetry.io/otel/metric"
 )
 
-// Config describes a sale. The zero value of every field but DB is its
-// documented default.
+// Config describes a sale. The zero value of every field but DB and MySQL
+// is its documented default.
 type Config struct {
-	DB          *sql.DB              // required; open it with conntag.Open to see hold time per tag
+	// DB is the pool to sell through. Open it with conntag so that every
+	// statement carries its tag (inventory_reserve, ...) and hold time is
+	// measured per tag. Leave it nil to have Run open its own from MySQL.
+	DB *sql.DB
+	// MySQL, used when DB is nil, is the database to sell in: Run opens a
+	// pool on it through conntag (conntag.OpenDB with the default options
+	// and MeterProvider when set), sized to Concurrency, with
+	// InterpolateParams so that a statement is one round trip, and closes
+	// it at the end.
+	MySQL       *mysql.Config
 	Strategy    reservation.Strategy // default skip_locked
 	Buyers      int                  // checkouts attempted; default 1,000
 	Concurrency int                  // buyers at once; default 16
@@ -32,6 +43,9 @@ type Config struct {
 	Stock       int64                // units per item and location; default 100
 	CartSize    int                  // lines per cart, each 1 unit of a distinct item; default 1
 	PoolSize    int                  // engine pool size; default the engine's
+	// Duration, when positive, stops admitting buyers after this long; the
+	// report then covers the buyers admitted. Default: every buyer.
+	Duration time.Duration
 	// PaymentDelay is the time between reserve and claim; default 0.
 	PaymentDelay time.Duration
 	// AbandonRate is the share of buyers that never pay: their holds expire
@@ -40,7 +54,8 @@ type Config struct {
 	AbandonTTL  time.Duration // default 1 ms
 	// TxWork is application work done inside the reserve transaction
 	// (holding its locks); default 0.
-	TxWork        time.Duration
+	TxWork time.Duration
+	// MeterProvider receives the engine's and conntag's metrics.
 	MeterProvider metric.MeterProvider
 	// Progress, when set, is called after each buyer with the count done.
 	Progress func(done, total int)
@@ -49,6 +64,7 @@ type Config struct {
 // Report is what a sale did.
 type Report struct {
 	Strategy    reservation.Strategy
+	Buyers      int64 // buyers admitted (fewer than Config.Buyers when Duration ran out)
 	Elapsed     time.Duration
 	Reserves    int64   // successful reserves
 	Throughput  float64 // successful reserves per second
@@ -57,7 +73,7 @@ type Report struct {
 	Sold        int64 // units claimed per the ledger
 	Stock       int64 // units stocked
 	Oversold    int64 // units claimed beyond stock, or claims the ledger lacks
-	Undersold   int64 // units unsold although demand exceeded stock
+	Undersold   int64 // units unsold although every buyer came and demand exceeded stock
 	Leaked      int64 // units held by reservations no longer held, or counted twice
 	SoldOut     int64 // buyers turned away by the ledger
 	Abandoned   int64
@@ -68,8 +84,8 @@ type Report struct {
 }
 
 func (c Config) withDefaults() (Config, error) {
-	if c.DB == nil {
-		return c, errors.New("flashsale: Config.DB is required")
+	if c.DB == nil && c.MySQL == nil {
+		return c, errors.New("flashsale: Config.DB or Config.MySQL is required")
 	}
 	c.Strategy = cmp.Or(c.Strategy, reservation.StrategySkipLocked)
 	c.Buyers = cmp.Or(c.Buyers, 1000)
@@ -85,7 +101,39 @@ func (c Config) withDefaults() (Config, error) {
 	if c.AbandonRate < 0 || c.AbandonRate > 1 {
 		return c, fmt.Errorf("flashsale: AbandonRate %v must be within [0, 1]", c.AbandonRate)
 	}
+	for name, n := range map[string]int64{"Buyers": int64(c.Buyers), "Concurrency": int64(c.Concurrency),
+		"Items": int64(c.Items), "Locations": int64(c.Locations), "Stock": c.Stock, "CartSize": int64(c.CartSize)} {
+		if n < 1 {
+			return c, fmt.Errorf("flashsale: %s %d must be positive (0 means the default)", name, n)
+		}
+	}
+	for name, d := range map[string]time.Duration{"PaymentDelay": c.PaymentDelay, "AbandonTTL": c.AbandonTTL,
+		"TxWork": c.TxWork, "Duration": c.Duration} {
+		if d < 0 {
+			return c, fmt.Errorf("flashsale: %s %v is negative", name, d)
+		}
+	}
 	return c, nil
+}
+
+// openDB opens the sale's own pool through conntag.
+func openDB(cfg Config) (*sql.DB, error) {
+	mc := cfg.MySQL.Clone()
+	mc.InterpolateParams = true
+	connector, err := mysql.NewConnector(mc)
+	if err != nil {
+		return nil, fmt.Errorf("flashsale: %w", err)
+	}
+	var opts []conntag.Option
+	if cfg.MeterProvider != nil {
+		opts = append(opts, conntag.WithMeterProvider(cfg.MeterProvider))
+	}
+	db := conntag.OpenDB(connector, opts...)
+	// Every buyer holds a connection for a whole reserve; the engine's
+	// background work and the audit need a few more.
+	db.SetMaxOpenConns(cfg.Concurrency + 4)
+	db.SetMaxIdleConns(cfg.Concurrency + 4)
+	return db, nil
 }
 
 // Run runs a sale in a shop of its own (a fresh shop id), so runs against
@@ -94,6 +142,12 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return Report{}, err
+	}
+	if cfg.DB == nil {
+		if cfg.DB, err = openDB(cfg); err != nil {
+			return Report{}, err
+		}
+		defer cfg.DB.Close()
 	}
 	e, err := reservation.New(cfg.DB, reservation.Config{Strategy: cfg.Strategy, PoolSize: cfg.PoolSize,
 		MeterProvider: cfg.MeterProvider, ExpiryInterval: 10 * time.Millisecond})
@@ -124,15 +178,23 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 
 	s := &sale{cfg: cfg, e: e, shop: shop, latencies: make([]time.Duration, cfg.Buyers)}
 	start := time.Now()
+	var deadline time.Time
+	if cfg.Duration > 0 {
+		deadline = start.Add(cfg.Duration)
+	}
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	for range cfg.Concurrency {
 		wg.Go(func() {
 			for {
-				b := int(next.Add(1)) - 1
-				if b >= cfg.Buyers || ctx.Err() != nil {
+				if ctx.Err() != nil || (!deadline.IsZero() && time.Now().After(deadline)) {
 					return
 				}
+				b := int(next.Add(1)) - 1
+				if b >= cfg.Buyers {
+					return
+				}
+				s.started.Add(1)
 				s.buy(ctx, b)
 				if cfg.Progress != nil {
 					cfg.Progress(int(s.done.Add(1)), cfg.Buyers)
@@ -156,6 +218,7 @@ type sale struct {
 	e         *reservation.Engine
 	shop      uint64
 	done      atomic.Int64
+	started   atomic.Int64
 	reserves  atomic.Int64
 	claimed   atomic.Int64
 	soldOut   atomic.Int64
@@ -195,12 +258,18 @@ func (s *sale) buy(ctx context.Context, b int) {
 			s.failed.Add(1)
 			return
 		}
-		if attempt >= 20 || !s.heldElsewhere(ctx, p) {
+		// Like a shopper, drop the lines sold for good and keep the rest;
+		// wait for abandoned holds to expire when a line has only those.
+		var waiting bool
+		p.Lines, waiting = s.keepLines(ctx, p)
+		if len(p.Lines) == 0 || attempt >= 20 {
 			s.soldOut.Add(1)
 			return
 		}
-		s.e.ExpireDue(ctx)
-		sleep(ctx, cfg.AbandonTTL)
+		if waiting {
+			s.e.ExpireDue(ctx)
+			sleep(ctx, cfg.AbandonTTL)
+		}
 	}
 	if abandon {
 		s.abandoned.Add(1)
@@ -220,20 +289,35 @@ func (s *sale) buy(ctx context.Context, b int) {
 	s.failed.Add(1)
 }
 
-// heldElsewhere reports whether units of a cart line are held by others
-// (they may come back) rather than sold.
-func (s *sale) heldElsewhere(ctx context.Context, p reservation.ReserveParams) bool {
+// keepLines returns the lines of p that can still be sold: units sellable
+// per the ledger, or held by others (they come back if abandoned); waiting
+// reports that some kept line has nothing sellable right now.
+func (s *sale) keepLines(ctx context.Context, p reservation.ReserveParams) ([]reservation.Line, bool) {
+	ctx = conntag.WithTag(ctx, auditTag)
+	var kept []reservation.Line
+	waiting := false
 	for _, l := range p.Lines {
+		var sellable, held int64
 		for _, g := range l.GroupIDs {
-			var held int64
-			err := s.cfg.DB.QueryRowContext(ctx, `SELECT COALESCE(SUM(quantity), 0) FROM inventory_reserved_quantities
-				WHERE shop_id = ? AND inventory_item_id = ? AND inventory_group_id = ?`, s.shop, l.ItemID, g).Scan(&held)
-			if err == nil && held > 0 {
-				return true
+			k := reservation.ItemKey{ShopID: s.shop, ItemID: l.ItemID, GroupID: g}
+			n, err := s.e.Available(ctx, k)
+			if err != nil {
+				return nil, false
 			}
+			sellable += n
+			var h int64
+			if err := s.cfg.DB.QueryRowContext(ctx, `SELECT COALESCE(SUM(quantity), 0) FROM inventory_reserved_quantities
+				WHERE shop_id = ? AND inventory_item_id = ? AND inventory_group_id = ?`, s.shop, l.ItemID, g).Scan(&h); err != nil {
+				return nil, false
+			}
+			held += h
+		}
+		if sellable >= l.Quantity || held > 0 {
+			kept = append(kept, l)
+			waiting = waiting || sellable < l.Quantity
 		}
 	}
-	return false
+	return kept, waiting
 }
 
 func (s *sale) report(ctx context.Context, keys []reservation.ItemKey, elapsed time.Duration) (Report, error) {
@@ -260,12 +344,16 @@ func (s *sale) report(ctx context.Context, keys []reservation.ItemKey, elapsed t
 	if claimed := s.claimed.Load(); claimed != r.Sold {
 		r.Oversold += max(0, claimed-r.Sold) // buyers told "sold" without a ledger entry
 	}
-	demand := int64(s.cfg.Buyers)
-	if demand-r.Abandoned >= r.Stock {
+	r.Buyers = s.started.Load()
+	if r.Buyers-r.Abandoned >= r.Stock && r.Buyers == int64(s.cfg.Buyers) {
 		r.Undersold = max(0, r.Stock-r.Sold)
 	}
 	return r, nil
 }
+
+// auditTag is the conntag tag of the harness's own reads, so that they are
+// not counted as the engine's.
+const auditTag = "flashsale_audit"
 
 // Books is the accounting of one item/group.
 type Books struct {
@@ -279,6 +367,7 @@ func (b Books) Leaked() int64 { return b.OrphanHeld + max(0, b.Pooled+b.Held-b.O
 
 // Audit reads the books of one item/group.
 func Audit(ctx context.Context, db *sql.DB, strategy reservation.Strategy, k reservation.ItemKey) (Books, error) {
+	ctx = conntag.WithTag(ctx, auditTag)
 	var b Books
 	args := []any{k.ShopID, k.ItemID, k.GroupID}
 	pooled := `SELECT COUNT(*) FROM inventory_reservation_units WHERE shop_id = ? AND inventory_item_id = ? AND inventory_group_id = ?`

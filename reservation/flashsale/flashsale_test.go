@@ -1,6 +1,7 @@
 package flashsale
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -13,9 +14,9 @@ func TestMain(m *testing.M) { testenv.Main(m) }
 func TestSaleBalances(t *testing.T) {
 	for _, s := range []reservation.Strategy{reservation.StrategySkipLocked, reservation.StrategyCounter} {
 		t.Run(string(s), func(t *testing.T) {
-			db := testenv.NewDatabase(t).Open(t)
-			r, err := Run(t.Context(), Config{DB: db, Strategy: s, Buyers: 300, Concurrency: 8, Items: 3, Locations: 2,
-				Stock: 40, CartSize: 2, PoolSize: 20, AbandonRate: 0.2, PaymentDelay: time.Millisecond})
+			r, err := Run(t.Context(), Config{MySQL: testenv.NewDatabase(t).Config(), Strategy: s, Buyers: 300,
+				Concurrency: 8, Items: 3, Locations: 2, Stock: 40, CartSize: 2, PoolSize: 20, AbandonRate: 0.2,
+				PaymentDelay: time.Millisecond})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -23,9 +24,53 @@ func TestSaleBalances(t *testing.T) {
 			if r.Oversold != 0 || r.Leaked != 0 || r.Undersold != 0 || r.FailedCalls != 0 {
 				t.Errorf("books do not balance: %+v", r)
 			}
-			if r.Sold == 0 || r.Reserves == 0 {
-				t.Errorf("nothing sold: %+v", r)
+			if r.Sold == 0 || r.Reserves == 0 || r.Buyers != 300 {
+				t.Errorf("nothing sold, or buyers missing: %+v", r)
 			}
 		})
+	}
+}
+
+// TestSaleTagsStatements: the harness's pool goes through conntag, so the
+// server sees the engine's tag on its statements.
+func TestSaleTagsStatements(t *testing.T) {
+	d := testenv.NewDatabase(t)
+	if _, err := Run(t.Context(), Config{MySQL: d.Config(), Buyers: 20, Concurrency: 4, Stock: 30}); err != nil {
+		t.Fatal(err)
+	}
+	var tagged int
+	err := d.Target.Admin().QueryRowContext(t.Context(), `SELECT COUNT(*) FROM performance_schema.events_statements_history_long
+		WHERE CURRENT_SCHEMA = ? AND SQL_TEXT LIKE '%conn_tag:inventory_reserve%' AND SQL_TEXT LIKE '%SKIP LOCKED%'`,
+		d.Name).Scan(&tagged)
+	if err != nil {
+		t.Skipf("performance_schema is not readable on %s: %v", d.Target.Redacted(), err)
+	}
+	if tagged == 0 {
+		t.Fatal("the server saw no unit fetch tagged conn_tag:inventory_reserve")
+	}
+}
+
+func TestSaleStopsAfterDuration(t *testing.T) {
+	r, err := Run(t.Context(), Config{MySQL: testenv.NewDatabase(t).Config(), Buyers: 1_000_000, Concurrency: 4,
+		Stock: 1_000_000, Duration: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Buyers == 0 || r.Buyers >= 1_000_000 || r.Oversold != 0 || r.Leaked != 0 || r.Undersold != 0 {
+		t.Fatalf("a sale cut short by Duration: %+v", r)
+	}
+}
+
+func TestConfigErrors(t *testing.T) {
+	for _, c := range []Config{
+		{},
+		{MySQL: testenv.NewDatabase(t).Config(), CartSize: 2},
+		{MySQL: testenv.NewDatabase(t).Config(), AbandonRate: 2},
+		{MySQL: testenv.NewDatabase(t).Config(), Buyers: -1},
+		{MySQL: testenv.NewDatabase(t).Config(), TxWork: -time.Second},
+	} {
+		if _, err := Run(t.Context(), c); err == nil || !strings.HasPrefix(err.Error(), "flashsale: ") {
+			t.Errorf("Run(%+v) = %v, want a flashsale: error", c, err)
+		}
 	}
 }

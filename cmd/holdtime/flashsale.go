@@ -1,0 +1,309 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+	"github.com/spf13/cobra"
+
+	"github.com/holdtime/holdtime/reservation"
+	"github.com/holdtime/holdtime/reservation/flashsale"
+	"github.com/holdtime/holdtime/testenv"
+)
+
+// flashsaleCmd runs the reservation engine's flash-sale harness.
+type flashsaleCmd struct {
+	out, errOut io.Writer
+
+	dsn          string
+	strategy     string
+	compare      bool
+	jsonOut      bool
+	buyers       int
+	concurrency  int
+	items        int
+	locations    int
+	stock        int64
+	cartSize     int
+	poolSize     int
+	paymentDelay time.Duration
+	abandonRate  float64
+	abandonTTL   time.Duration
+	txWork       time.Duration
+	duration     time.Duration
+}
+
+// flashsaleStrategies are the strategies --compare runs, the engine first.
+var flashsaleStrategies = []reservation.Strategy{
+	reservation.StrategySkipLocked, reservation.StrategyForUpdate, reservation.StrategyCounter,
+}
+
+func newFlashsaleCmd() *cobra.Command {
+	f := &flashsaleCmd{}
+	cmd := &cobra.Command{
+		Use:   "flashsale",
+		Short: "Run a flash sale through the reservation engine and check that the books balance",
+		Long: `flashsale sells a few hot items to many concurrent buyers through the SKIP LOCKED
+reservation engine (or a baseline strategy), every statement tagged with conntag,
+and reports throughput, reserve latency p50/p99 and the books: sold, oversold,
+undersold and leaked units, retries and inline refills.
+
+It starts a throwaway MySQL-compatible server unless --dsn names a database, in
+which it creates the engine's tables (inventory_*) and sells in a shop of its own.`,
+		Example: `  holdtime flashsale
+  holdtime flashsale --concurrency 64 --tx-work 2ms --compare
+  holdtime flashsale --dsn 'app:secret@tcp(db:3306)/shop' --buyers 5000 --abandon-rate 0.2 --json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			f.out, f.errOut = cmd.OutOrStdout(), cmd.ErrOrStderr()
+			return f.run(cmd.Context())
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.dsn, "dsn", "", "sell in this database (go-sql-driver/mysql DSN, user:pass@tcp(host:port)/dbname) instead of a throwaway server")
+	fl.StringVar(&f.strategy, "strategy", string(reservation.StrategySkipLocked), "skip_locked, for_update or counter")
+	fl.BoolVar(&f.compare, "compare", false, "run every strategy with the same knobs and print a comparison")
+	fl.BoolVar(&f.jsonOut, "json", false, "print JSON")
+	fl.IntVar(&f.buyers, "buyers", 1000, "checkouts to attempt")
+	fl.IntVar(&f.concurrency, "concurrency", 16, "buyers checking out at once")
+	fl.IntVar(&f.items, "items", 1, "distinct items on sale")
+	fl.IntVar(&f.locations, "locations", 1, "location groups per item, tried in order")
+	fl.Int64Var(&f.stock, "stock", 100, "units per item and location")
+	fl.IntVar(&f.cartSize, "cart-size", 1, "at most this many lines per cart, each one unit of a distinct item")
+	fl.IntVar(&f.poolSize, "pool-size", 0, "pooled units per item and location (0: the engine's default, 1000)")
+	fl.DurationVar(&f.paymentDelay, "payment-delay", 0, "time between reserve and claim")
+	fl.Float64Var(&f.abandonRate, "abandon-rate", 0, "share of buyers who never pay (their holds expire), 0 to 1")
+	fl.DurationVar(&f.abandonTTL, "abandon-ttl", time.Millisecond, "hold time of abandoned carts before they expire")
+	fl.DurationVar(&f.txWork, "tx-work", 0, "application work inside the reserve transaction, holding its locks")
+	fl.DurationVar(&f.duration, "duration", 0, "stop admitting buyers after this long (0: until every buyer is done)")
+	return cmd
+}
+
+// config validates the flags and turns them into the harness's config
+// (without a database).
+func (f *flashsaleCmd) config() (flashsale.Config, []reservation.Strategy, error) {
+	cfg := flashsale.Config{Buyers: f.buyers, Concurrency: f.concurrency, Items: f.items, Locations: f.locations,
+		Stock: f.stock, CartSize: f.cartSize, PoolSize: f.poolSize, PaymentDelay: f.paymentDelay,
+		AbandonRate: f.abandonRate, AbandonTTL: f.abandonTTL, TxWork: f.txWork, Duration: f.duration}
+	for name, n := range map[string]int64{"--buyers": int64(f.buyers), "--concurrency": int64(f.concurrency),
+		"--items": int64(f.items), "--locations": int64(f.locations), "--stock": f.stock, "--cart-size": int64(f.cartSize)} {
+		if n < 1 {
+			return cfg, nil, fmt.Errorf("%s %d: give at least 1", name, n)
+		}
+	}
+	if f.cartSize > f.items {
+		return cfg, nil, fmt.Errorf("--cart-size %d is more than --items %d: each line is a distinct item", f.cartSize, f.items)
+	}
+	if f.poolSize < 0 {
+		return cfg, nil, fmt.Errorf("--pool-size %d: give 0 for the default or a positive size", f.poolSize)
+	}
+	if f.abandonRate < 0 || f.abandonRate > 1 {
+		return cfg, nil, fmt.Errorf("--abandon-rate %v: give a share from 0 to 1", f.abandonRate)
+	}
+	for name, d := range map[string]time.Duration{"--payment-delay": f.paymentDelay, "--abandon-ttl": f.abandonTTL,
+		"--tx-work": f.txWork, "--duration": f.duration} {
+		if d < 0 {
+			return cfg, nil, fmt.Errorf("%s %v is negative", name, d)
+		}
+	}
+	if f.compare {
+		return cfg, flashsaleStrategies, nil
+	}
+	s := reservation.Strategy(f.strategy)
+	switch s {
+	case reservation.StrategySkipLocked, reservation.StrategyForUpdate, reservation.StrategyCounter:
+	default:
+		return cfg, nil, fmt.Errorf("unknown --strategy %q: use skip_locked, for_update or counter", f.strategy)
+	}
+	return cfg, []reservation.Strategy{s}, nil
+}
+
+func (f *flashsaleCmd) run(ctx context.Context) error {
+	cfg, strategies, err := f.config()
+	if err != nil {
+		return err
+	}
+	mc, where, cleanup, err := f.database(ctx)
+	if err != nil {
+		return err
+	}
+	defer cleanup()
+	cfg.MySQL = mc
+	if !f.jsonOut {
+		fmt.Fprintf(f.out, "flash sale on %s: %d buyers, %d at once, %d item(s) x %d location(s) x %d units\n\n",
+			where, f.buyers, f.concurrency, f.items, f.locations, f.stock)
+	}
+	var reports []flashsale.Report
+	for _, s := range strategies {
+		cfg.Strategy = s
+		if stderr, ok := f.errOut.(*os.File); ok {
+			cfg.Progress = flashsale.ProgressBar(stderr) // nil unless a terminal
+		}
+		r, err := flashsale.Run(ctx, cfg)
+		if err != nil {
+			return fmt.Errorf("flash sale with strategy %s: %w", s, err)
+		}
+		reports = append(reports, r)
+	}
+	switch {
+	case f.jsonOut:
+		err = writeFlashsaleJSON(f.out, where, reports)
+	case len(reports) > 1:
+		err = writeFlashsaleComparison(f.out, reports)
+	default:
+		err = writeFlashsaleReport(f.out, reports[0])
+	}
+	if err != nil {
+		return err
+	}
+	for _, r := range reports {
+		if r.Oversold > 0 || r.Leaked > 0 {
+			return fmt.Errorf("strategy %s: the books do not balance (%d oversold, %d leaked): this is a bug, please report it",
+				r.Strategy, r.Oversold, r.Leaked)
+		}
+	}
+	return nil
+}
+
+// database returns the driver config to sell in, a description without
+// credentials, and what to undo afterwards.
+func (f *flashsaleCmd) database(ctx context.Context) (*mysql.Config, string, func(), error) {
+	if f.dsn != "" {
+		mc, err := mysql.ParseDSN(f.dsn)
+		if err != nil {
+			// The parse error can quote the DSN, password included.
+			return nil, "", nil, errors.New("--dsn is not a go-sql-driver/mysql DSN: use user:pass@tcp(host:port)/dbname")
+		}
+		where := flashsaleRedact(mc)
+		if mc.DBName == "" {
+			return nil, "", nil, fmt.Errorf("--dsn %s names no database: add /dbname (the engine's tables are created there)", where)
+		}
+		if err := flashsalePing(ctx, mc); err != nil {
+			msg := err.Error()
+			if mc.Passwd != "" {
+				msg = strings.ReplaceAll(msg, mc.Passwd, "xxx")
+			}
+			return nil, "", nil, fmt.Errorf("cannot reach %s: %s (check the address, user, password and that the database exists)",
+				where, msg)
+		}
+		return mc, where, func() {}, nil
+	}
+	target, err := testenv.OpenTarget(ctx)
+	if err != nil {
+		return nil, "", nil, fmt.Errorf("start a throwaway server (or give --dsn): %w", err)
+	}
+	d, err := target.CreateDatabase(ctx, "flashsale")
+	if err != nil {
+		target.Close()
+		return nil, "", nil, err
+	}
+	cleanup := func() {
+		d.Drop(context.WithoutCancel(ctx))
+		target.Close()
+	}
+	return d.Config(), fmt.Sprintf("%s %s at %s", target.Flavor, target.Version, target.Redacted()), cleanup, nil
+}
+
+// flashsaleRedact describes a DSN without its password.
+func flashsaleRedact(mc *mysql.Config) string {
+	return fmt.Sprintf("%s@%s(%s)/%s", mc.User, mc.Net, mc.Addr, mc.DBName)
+}
+
+func flashsalePing(ctx context.Context, mc *mysql.Config) error {
+	connector, err := mysql.NewConnector(mc)
+	if err != nil {
+		return err
+	}
+	conn, err := connector.Connect(ctx)
+	if err != nil {
+		return err
+	}
+	return conn.Close()
+}
+
+func writeFlashsaleReport(w io.Writer, r flashsale.Report) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "strategy\t%s\n", r.Strategy)
+	fmt.Fprintf(tw, "throughput\t%.1f reserves/s (%d reserves in %v)\n", r.Throughput, r.Reserves, r.Elapsed.Round(time.Millisecond))
+	fmt.Fprintf(tw, "reserve latency\tp50 %v, p99 %v\n", r.ReserveP50.Round(time.Microsecond), r.ReserveP99.Round(time.Microsecond))
+	fmt.Fprintf(tw, "sold\t%d of %d units\n", r.Sold, r.Stock)
+	fmt.Fprintf(tw, "oversold\t%d\n", r.Oversold)
+	fmt.Fprintf(tw, "undersold\t%d\n", r.Undersold)
+	fmt.Fprintf(tw, "leaked\t%d\n", r.Leaked)
+	fmt.Fprintf(tw, "buyers\t%d came, %d turned away sold out, %d abandoned\n", r.Buyers, r.SoldOut, r.Abandoned)
+	fmt.Fprintf(tw, "retries\t%d\n", r.Retries)
+	fmt.Fprintf(tw, "refills\t%d inline (%d short reads)\n", r.Refills, r.ShortReads)
+	if r.FailedCalls > 0 {
+		fmt.Fprintf(tw, "failed calls\t%d\n", r.FailedCalls)
+	}
+	return tw.Flush()
+}
+
+func writeFlashsaleComparison(w io.Writer, reports []flashsale.Report) error {
+	var base float64 // the counter's throughput
+	for _, r := range reports {
+		if r.Strategy == reservation.StrategyCounter {
+			base = r.Throughput
+		}
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "strategy\treserves/s\tvs counter\tp50\tp99\tsold\toversold\tundersold\tleaked\tretries\trefills\t")
+	for _, r := range reports {
+		ratio := "-"
+		if base > 0 {
+			ratio = fmt.Sprintf("%.2fx", r.Throughput/base)
+		}
+		fmt.Fprintf(tw, "%s\t%.1f\t%s\t%v\t%v\t%d\t%d\t%d\t%d\t%d\t%d\t\n", r.Strategy, r.Throughput, ratio,
+			r.ReserveP50.Round(time.Microsecond), r.ReserveP99.Round(time.Microsecond),
+			r.Sold, r.Oversold, r.Undersold, r.Leaked, r.Retries, r.Refills)
+	}
+	return tw.Flush()
+}
+
+// flashsaleRun is one run in --json output; durations in seconds.
+type flashsaleRun struct {
+	Strategy          string  `json:"strategy"`
+	Buyers            int64   `json:"buyers"`
+	ElapsedSeconds    float64 `json:"elapsed_seconds"`
+	Reserves          int64   `json:"reserves"`
+	Throughput        float64 `json:"throughput_per_second"`
+	ReserveP50Seconds float64 `json:"reserve_p50_seconds"`
+	ReserveP99Seconds float64 `json:"reserve_p99_seconds"`
+	Stock             int64   `json:"stock"`
+	Sold              int64   `json:"sold"`
+	Oversold          int64   `json:"oversold"`
+	Undersold         int64   `json:"undersold"`
+	Leaked            int64   `json:"leaked"`
+	SoldOut           int64   `json:"sold_out"`
+	Abandoned         int64   `json:"abandoned"`
+	Retries           int64   `json:"retries"`
+	Refills           int64   `json:"refills"`
+	ShortReads        int64   `json:"short_reads"`
+	FailedCalls       int64   `json:"failed_calls"`
+}
+
+func writeFlashsaleJSON(w io.Writer, where string, reports []flashsale.Report) error {
+	doc := struct {
+		Server string         `json:"server"`
+		Runs   []flashsaleRun `json:"runs"`
+	}{Server: where}
+	for _, r := range reports {
+		doc.Runs = append(doc.Runs, flashsaleRun{Strategy: string(r.Strategy), Buyers: r.Buyers,
+			ElapsedSeconds: r.Elapsed.Seconds(), Reserves: r.Reserves, Throughput: r.Throughput,
+			ReserveP50Seconds: r.ReserveP50.Seconds(), ReserveP99Seconds: r.ReserveP99.Seconds(), Stock: r.Stock,
+			Sold: r.Sold, Oversold: r.Oversold, Undersold: r.Undersold, Leaked: r.Leaked, SoldOut: r.SoldOut,
+			Abandoned: r.Abandoned, Retries: r.Retries, Refills: r.Refills, ShortReads: r.ShortReads,
+			FailedCalls: r.FailedCalls})
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(doc)
+}

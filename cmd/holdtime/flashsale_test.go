@@ -1,0 +1,114 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/holdtime/holdtime/testenv"
+)
+
+// flashsaleTarget opens a throwaway server for a test, or skips when none
+// can be had outside CI.
+func flashsaleTarget(t *testing.T) *testenv.Target {
+	t.Helper()
+	target, err := testenv.OpenTarget(t.Context())
+	if errors.Is(err, testenv.ErrNotInstalled) && !testenv.Available() {
+		t.Skipf("%v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { target.Close() })
+	return target
+}
+
+func TestFlashsaleReport(t *testing.T) {
+	if !testenv.Available() {
+		t.Skip("no MySQL-compatible server installed")
+	}
+	code, out, errOut := runCLI(t, "flashsale", "--buyers", "200", "--concurrency", "8", "--items", "2",
+		"--locations", "2", "--stock", "20", "--cart-size", "2", "--abandon-rate", "0.2", "--duration", "20s")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	for _, want := range []string{`strategy +skip_locked`, `throughput +[0-9.]+ reserves/s`, `p50 .*, p99 `,
+		`sold +80 of 80 units`, `\noversold +0\n`, `\nundersold +0\n`, `\nleaked +0\n`, `retries +[0-9]+`, `refills +[0-9]+`} {
+		if !regexp.MustCompile(want).MatchString(out) {
+			t.Errorf("report lacks %q:\n%s", want, out)
+		}
+	}
+	if errOut != "" {
+		t.Errorf("stderr not empty (no progress bar off a terminal): %q", errOut)
+	}
+}
+
+func TestFlashsaleCompareJSON(t *testing.T) {
+	target := flashsaleTarget(t)
+	d, err := target.CreateDatabase(t.Context(), "flashsale_cli")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Drop(context.Background()) })
+	code, out, errOut := runCLI(t, "flashsale", "--dsn", d.DSN(), "--compare", "--json", "--buyers", "60",
+		"--concurrency", "4", "--stock", "50", "--tx-work", "1ms")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var doc struct {
+		Server string `json:"server"`
+		Runs   []struct {
+			Strategy   string  `json:"strategy"`
+			Throughput float64 `json:"throughput_per_second"`
+			Sold       int64   `json:"sold"`
+			Stock      int64   `json:"stock"`
+			Oversold   int64   `json:"oversold"`
+			Undersold  int64   `json:"undersold"`
+			Leaked     int64   `json:"leaked"`
+		} `json:"runs"`
+	}
+	if err := json.Unmarshal([]byte(out), &doc); err != nil {
+		t.Fatalf("--json output is not JSON: %v\n%s", err, out)
+	}
+	if len(doc.Runs) != 3 {
+		t.Fatalf("--compare ran %d strategies, want 3: %s", len(doc.Runs), out)
+	}
+	for _, r := range doc.Runs {
+		if r.Oversold != 0 || r.Leaked != 0 || r.Undersold != 0 || r.Sold != 50 || r.Throughput <= 0 {
+			t.Errorf("%s: %+v", r.Strategy, r)
+		}
+	}
+	if strings.Contains(doc.Server, "@tcp") && !strings.HasSuffix(doc.Server, "/"+d.Name) {
+		t.Errorf("server = %q, want the database named", doc.Server)
+	}
+}
+
+func TestFlashsaleErrors(t *testing.T) {
+	const secret = "s3cretPassw0rd"
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--dsn", "root:" + secret + "@tcp(127.0.0.1:1)/shop"}, "cannot reach root@tcp(127.0.0.1:1)/shop"},
+		{[]string{"--dsn", "root:" + secret + "@nonsense(((/x"}, "--dsn is not a go-sql-driver/mysql DSN"},
+		{[]string{"--dsn", "root:" + secret + "@tcp(127.0.0.1:1)/"}, "names no database"},
+		{[]string{"--strategy", "fifo"}, "unknown --strategy"},
+		{[]string{"--cart-size", "3", "--items", "2"}, "--cart-size 3 is more than --items 2"},
+		{[]string{"--abandon-rate", "1.5"}, "--abandon-rate"},
+		{[]string{"--buyers", "0"}, "--buyers 0"},
+	} {
+		code, out, errOut := runCLI(t, append([]string{"flashsale"}, c.args...)...)
+		if code != 1 || !strings.Contains(errOut, c.want) {
+			t.Errorf("%v: exit %d, stderr %q; want 1 and %q", c.args, code, errOut, c.want)
+		}
+		if strings.Count(strings.TrimSpace(errOut), "\n") != 0 || !strings.HasPrefix(errOut, "holdtime: ") {
+			t.Errorf("%v: error is not one line: %q", c.args, errOut)
+		}
+		if strings.Contains(out+errOut, secret) {
+			t.Errorf("%v: the password is printed: %q", c.args, out+errOut)
+		}
+	}
+}

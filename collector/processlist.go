@@ -426,6 +426,9 @@ type ProcesslistConfig struct {
 	// MaxSampleGap caps the time one row stands for, so a gap in sampling
 	// is not counted as hold. Default 1s.
 	MaxSampleGap time.Duration
+	// ForgetAfter is how long the last tag of a session that left the
+	// processlist is kept. Default 10 minutes.
+	ForgetAfter time.Duration
 }
 
 // ProcesslistStats says what the samples contributed.
@@ -445,16 +448,17 @@ type ProcesslistStats struct {
 // SampleAttributor turns processlist rows into sampled holds per tag. Its
 // state is per session and per sample.
 type SampleAttributor struct {
-	cfg     ProcesslistConfig
-	tagOf   func(uint64) (string, bool)
-	emit    func(*SampledHold)
-	carried map[int64]carriedTag
-	cur     time.Time
-	held    []SampledHold // rows of the current sample, waiting for the next sample's time
-	lastGap time.Duration
-	stats   ProcesslistStats
-	tagBuf  []byte
-	tags    map[string]string
+	cfg        ProcesslistConfig
+	tagOf      func(uint64) (string, bool)
+	emit       func(*SampledHold)
+	carried    map[int64]carriedTag
+	cur        time.Time
+	lastForget time.Time
+	held       []SampledHold // rows of the current sample, waiting for the next sample's time
+	lastGap    time.Duration
+	stats      ProcesslistStats
+	tagBuf     []byte
+	tags       map[string]string
 }
 
 // NewSampleAttributor returns a SampleAttributor. tagOf, if not nil, gives
@@ -464,6 +468,9 @@ func NewSampleAttributor(cfg ProcesslistConfig, tagOf func(uint64) (string, bool
 	if cfg.MaxSampleGap == 0 {
 		cfg.MaxSampleGap = time.Second
 	}
+	if cfg.ForgetAfter == 0 {
+		cfg.ForgetAfter = 10 * time.Minute
+	}
 	return &SampleAttributor{cfg: cfg, tagOf: tagOf, emit: emit, carried: make(map[int64]carriedTag),
 		tags: make(map[string]string)}
 }
@@ -471,26 +478,36 @@ func NewSampleAttributor(cfg ProcesslistConfig, tagOf func(uint64) (string, bool
 // Stats returns what the samples contributed so far.
 func (s *SampleAttributor) Stats() ProcesslistStats { return s.stats }
 
-// Add processes one row. Rows come sample by sample, in time order.
-func (s *SampleAttributor) Add(row *ProcesslistRow) {
-	s.stats.Rows++
-	if !row.SampleTime.Equal(s.cur) {
-		if !s.cur.IsZero() {
-			s.lastGap = row.SampleTime.Sub(s.cur)
-			s.credit(s.lastGap)
-		}
-		s.cur = row.SampleTime
-		s.stats.Samples++
-		if s.stats.Samples%1024 == 0 {
-			// Forget sessions gone from the processlist, so memory follows
-			// live sessions, not all sessions ever seen.
-			for id, c := range s.carried {
-				if s.cur.Sub(c.seen) > 10*time.Minute {
-					delete(s.carried, id)
-				}
+// Sample starts the sample taken at `at`, crediting the rows of the previous
+// one with the time between them. Add calls it when a row's SampleTime
+// changes; a live sampler calls it for every sample, so that a sample with
+// no rows still ends the one before it.
+func (s *SampleAttributor) Sample(at time.Time) {
+	if at.Equal(s.cur) {
+		return
+	}
+	if !s.cur.IsZero() {
+		s.lastGap = at.Sub(s.cur)
+		s.credit(s.lastGap)
+	}
+	s.cur = at
+	s.stats.Samples++
+	if s.cur.Sub(s.lastForget) >= s.cfg.ForgetAfter/4 {
+		// Forget sessions gone from the processlist, so memory follows
+		// live sessions, not all sessions ever seen.
+		s.lastForget = s.cur
+		for id, c := range s.carried {
+			if s.cur.Sub(c.seen) > s.cfg.ForgetAfter {
+				delete(s.carried, id)
 			}
 		}
 	}
+}
+
+// Add processes one row. Rows come sample by sample, in time order.
+func (s *SampleAttributor) Add(row *ProcesslistRow) {
+	s.stats.Rows++
+	s.Sample(row.SampleTime)
 	var tag string
 	from := TagFromUnknown
 	if row.Info.Valid {
@@ -536,19 +553,12 @@ func (s *SampleAttributor) Add(row *ProcesslistRow) {
 
 // autoIncrementDelay reports a positive auto_increment_delay_token in the
 // extended JSON: ProxySQL keeps the backend for the next statements after
-// an insert id.
+// an insert id. ProxySQL pretty-prints the JSON ("key": value), so spaces
+// after the colon are skipped.
 func autoIncrementDelay(ext string) bool {
-	const key = `"auto_increment_delay_token":`
-	for {
-		i := strings.Index(ext, key)
-		if i < 0 {
-			return false
-		}
-		ext = ext[i+len(key):]
-		if len(ext) > 0 && ext[0] >= '1' && ext[0] <= '9' {
-			return true
-		}
-	}
+	return jsonValue(ext, `"auto_increment_delay_token"`, func(v string) bool {
+		return len(v) > 0 && v[0] >= '1' && v[0] <= '9'
+	})
 }
 
 func (s *SampleAttributor) intern(b []byte) string {

@@ -1,0 +1,408 @@
+package collector
+
+import (
+	"cmp"
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Config configures a Collector. The zero value of every field is its
+// documented default; at least one source must be configured.
+type Config struct {
+	// ProxySQL lists the ProxySQL admin interfaces to poll.
+	ProxySQL []ProxySQLConfig
+	// MySQL lists the MySQL/MariaDB servers to poll directly.
+	MySQL []MySQLConfig
+	// OTLP turns on the OTLP/HTTP trace receiver (Handler serves
+	// /v1/traces).
+	OTLP OTLPConfig
+	// MaxTags caps distinct tags per target and source; further tags go to
+	// OverflowTag and count in holdtime_collector_tags_overflow_total.
+	// Default 1000. Memory is about 3 KiB per tag and source.
+	MaxTags int
+	// Registerer receives the collector's metrics. Default: a new
+	// prometheus.Registry, served by Handler (never the global one).
+	Registerer prometheus.Registerer
+	// Gatherer is what Handler serves at /metrics. Default: Registerer when
+	// it is a Gatherer (a *prometheus.Registry is).
+	Gatherer prometheus.Gatherer
+	// Logger receives source failures and recoveries. Default: discarded.
+	Logger *slog.Logger
+	// RecordDir, when set, receives the processlist samples and stats
+	// tables the ProxySQL sources poll (RECORDING.md), one directory per
+	// target.
+	RecordDir string
+	// Timeout bounds one poll, connecting included. Default 5 s.
+	Timeout time.Duration
+	// MaxBackoff caps the wait between reconnection attempts of a failed
+	// source (doubling from 100 ms, with jitter). Default 30 s.
+	MaxBackoff time.Duration
+}
+
+// ProxySQLConfig is one ProxySQL instance.
+type ProxySQLConfig struct {
+	// Name is the instance's `target` label. Required: [A-Za-z0-9_.:-]+.
+	Name string
+	// DSN of the admin interface (port 6032), go-sql-driver/mysql form:
+	// user:pass@tcp(host:6032)/. It never appears in logs, errors or
+	// metrics.
+	DSN string
+	// ProcesslistInterval is how often stats_mysql_processlist is sampled.
+	// Default 250 ms. Hold of a session is credited sample by sample, so
+	// the sampling error of a hold is about one interval.
+	ProcesslistInterval time.Duration
+	// DigestInterval is how often stats_mysql_query_digest is read. Default
+	// 10 s: the table has a row per digest and reading it costs ProxySQL.
+	// Negative turns the digest poll off.
+	DigestInterval time.Duration
+	// PoolInterval is how often stats_mysql_connection_pool and
+	// stats_mysql_global are read. Default 5 s.
+	PoolInterval time.Duration
+	// EventsLog is the path of ProxySQL's JSON events log
+	// (mysql-eventslog_filename, format 2). ProxySQL appends a sequence
+	// number (.00000001); give the file or that common prefix: the newest
+	// file is followed across rotation and truncation. Optional.
+	EventsLog string
+	// EventsLogPoll is how often the events log is checked for new lines
+	// once at its end. Default 200 ms.
+	EventsLogPoll time.Duration
+	// TagGrace is how long sampled hold of a session idle in a transaction
+	// whose tag the processlist did not show waits for the events log or
+	// an app span (holdtime.session_id) to name it before it is reported as
+	// unknown. Default 10 s.
+	TagGrace time.Duration
+}
+
+// MySQLConfig is one MySQL or MariaDB server.
+type MySQLConfig struct {
+	// Name is the server's `target` label. Required.
+	Name string
+	// DSN in go-sql-driver/mysql form. The account needs PROCESS and
+	// SELECT on performance_schema.
+	DSN string
+	// Interval is the poll interval. Default 1 s, at least
+	// MinServerInterval.
+	Interval time.Duration
+}
+
+// MinServerInterval is the shortest MySQL poll interval. InnoDB serves
+// information_schema.INNODB_TRX and INNODB_LOCK_WAITS from a cache that it
+// refreshes only when nobody read it for 100 ms: polled faster, the tables
+// freeze (found by TestServerSourceWorkload: a committed transaction stayed
+// listed for as long as the polls went on).
+const MinServerInterval = 200 * time.Millisecond
+
+// OTLPConfig configures the OTLP/HTTP trace receiver.
+type OTLPConfig struct {
+	// Enabled serves /v1/traces on Handler.
+	Enabled bool
+	// Target is the `target` label of app-side figures. Default "app".
+	Target string
+	// MaxBodyBytes caps one export request. Default 8 MiB.
+	MaxBodyBytes int64
+}
+
+var targetName = regexp.MustCompile(`^[A-Za-z0-9_.:-]{1,64}$`)
+
+// ErrNoSource means the configuration names no source.
+var ErrNoSource = errors.New("no source configured: give at least one ProxySQL admin DSN, MySQL DSN or enable the OTLP receiver")
+
+// withDefaults validates cfg and fills in defaults.
+func (cfg Config) withDefaults() (Config, error) {
+	if len(cfg.ProxySQL) == 0 && len(cfg.MySQL) == 0 && !cfg.OTLP.Enabled {
+		return cfg, ErrNoSource
+	}
+	cfg.MaxTags = cmp.Or(cfg.MaxTags, 1000)
+	cfg.Timeout = cmp.Or(cfg.Timeout, 5*time.Second)
+	cfg.MaxBackoff = cmp.Or(cfg.MaxBackoff, 30*time.Second)
+	if cfg.MaxTags < 0 || cfg.Timeout < 0 || cfg.MaxBackoff < 0 {
+		return cfg, errors.New("MaxTags, Timeout and MaxBackoff must not be negative")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if cfg.Registerer == nil {
+		reg := prometheus.NewRegistry()
+		cfg.Registerer, cfg.Gatherer = reg, reg
+	}
+	if cfg.Gatherer == nil {
+		g, ok := cfg.Registerer.(prometheus.Gatherer)
+		if !ok {
+			return cfg, errors.New("Registerer is not a Gatherer: set Gatherer too, so Handler can serve /metrics")
+		}
+		cfg.Gatherer = g
+	}
+	seen := map[string]bool{}
+	name := func(kind, n string) error {
+		if !targetName.MatchString(n) {
+			return fmt.Errorf("%s target name %q: use 1 to 64 of [A-Za-z0-9_.:-]; it becomes the target label", kind, n)
+		}
+		if seen[kind+n] {
+			return fmt.Errorf("%s target name %q is used twice: give each instance its own name", kind, n)
+		}
+		seen[kind+n] = true
+		return nil
+	}
+	cfg.ProxySQL = append([]ProxySQLConfig(nil), cfg.ProxySQL...)
+	for i := range cfg.ProxySQL {
+		p := &cfg.ProxySQL[i]
+		if err := name("proxysql", p.Name); err != nil {
+			return cfg, err
+		}
+		p.ProcesslistInterval = cmp.Or(p.ProcesslistInterval, 250*time.Millisecond)
+		p.DigestInterval = cmp.Or(p.DigestInterval, 10*time.Second)
+		p.PoolInterval = cmp.Or(p.PoolInterval, 5*time.Second)
+		p.EventsLogPoll = cmp.Or(p.EventsLogPoll, 200*time.Millisecond)
+		p.TagGrace = cmp.Or(p.TagGrace, 10*time.Second)
+		if p.ProcesslistInterval < 0 || p.PoolInterval < 0 || p.EventsLogPoll < 0 || p.TagGrace < 0 {
+			return cfg, fmt.Errorf("proxysql target %q: intervals must be positive", p.Name)
+		}
+		if p.DSN == "" {
+			return cfg, fmt.Errorf("proxysql target %q: no admin DSN: give user:pass@tcp(host:6032)/", p.Name)
+		}
+		if _, err := parseDSN(p.DSN, cfg.Timeout); err != nil {
+			return cfg, fmt.Errorf("proxysql target %q: %w", p.Name, err)
+		}
+	}
+	cfg.MySQL = append([]MySQLConfig(nil), cfg.MySQL...)
+	for i := range cfg.MySQL {
+		m := &cfg.MySQL[i]
+		if err := name("mysql", m.Name); err != nil {
+			return cfg, err
+		}
+		m.Interval = cmp.Or(m.Interval, time.Second)
+		if m.Interval < MinServerInterval {
+			return cfg, fmt.Errorf("mysql target %q: interval %v is below %v: InnoDB refreshes INNODB_TRX only when it was not read for 100 ms, so faster polls see a frozen table",
+				m.Name, m.Interval, MinServerInterval)
+		}
+		if _, err := parseDSN(m.DSN, cfg.Timeout); err != nil {
+			return cfg, fmt.Errorf("mysql target %q: %w", m.Name, err)
+		}
+	}
+	cfg.OTLP.Target = cmp.Or(cfg.OTLP.Target, "app")
+	cfg.OTLP.MaxBodyBytes = cmp.Or(cfg.OTLP.MaxBodyBytes, 8<<20)
+	if cfg.OTLP.Enabled && !targetName.MatchString(cfg.OTLP.Target) {
+		return cfg, fmt.Errorf("OTLP target name %q: use 1 to 64 of [A-Za-z0-9_.:-]", cfg.OTLP.Target)
+	}
+	return cfg, nil
+}
+
+// parseDSN parses a DSN without ever echoing it: go-sql-driver's parse
+// errors can quote the DSN, password included.
+func parseDSN(dsn string, timeout time.Duration) (*mysql.Config, error) {
+	mc, err := mysql.ParseDSN(dsn)
+	if err != nil {
+		return nil, errors.New("the DSN is not in go-sql-driver/mysql form (user:pass@tcp(host:port)/): check it")
+	}
+	// Bound every network step: a peer that accepts and never answers
+	// must fail the poll, not hang it.
+	mc.Timeout = cmp.Or(mc.Timeout, timeout)
+	mc.ReadTimeout = cmp.Or(mc.ReadTimeout, timeout)
+	mc.WriteTimeout = cmp.Or(mc.WriteTimeout, timeout)
+	return mc, nil
+}
+
+// Collector polls the configured sources and serves what they saw.
+type Collector struct {
+	cfg     Config
+	st      *store
+	proxies []*proxysqlTarget
+	mysqls  []*mysqlTarget
+	otlp    *otlpReceiver
+	running sync.Mutex
+	// onPoll, when set (tests), is called after every poll, so a test can
+	// wait for a poll instead of sleeping.
+	onPoll func(target string, source Source, err error)
+}
+
+// New validates cfg and returns a Collector; it registers the metrics and
+// opens no connection: Run does.
+func New(cfg Config) (*Collector, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, fmt.Errorf("collector config: %w", err)
+	}
+	c := &Collector{cfg: cfg, st: newStore(cfg.MaxTags, time.Now)}
+	if err := cfg.Registerer.Register(newMetricsCollector(c.st)); err != nil {
+		return nil, fmt.Errorf("register collector metrics: %w: give each Collector its own registry", err)
+	}
+	if cfg.RecordDir != "" {
+		if err := os.MkdirAll(cfg.RecordDir, 0o755); err != nil {
+			return nil, fmt.Errorf("create record directory: %w: check the path and permissions", err)
+		}
+	}
+	for _, p := range cfg.ProxySQL {
+		c.proxies = append(c.proxies, newProxySQLTarget(c, p))
+	}
+	for _, m := range cfg.MySQL {
+		c.mysqls = append(c.mysqls, newMySQLTarget(c, m))
+	}
+	if cfg.OTLP.Enabled {
+		c.otlp = &otlpReceiver{c: c, target: cfg.OTLP.Target, maxBody: cfg.OTLP.MaxBodyBytes}
+		c.st.register(cfg.OTLP.Target, SourceOTLP)
+		c.st.success(cfg.OTLP.Target, SourceOTLP)
+	}
+	return c, nil
+}
+
+// Run polls every source until ctx is done, then closes connections and
+// recordings. Each source runs on its own: one that fails is marked down
+// and retried with backoff while the others go on. Run returns nil when ctx
+// ends; it can run once per Collector.
+func (c *Collector) Run(ctx context.Context) error {
+	if !c.running.TryLock() {
+		return errors.New("collector is already running: create another Collector")
+	}
+	var wg sync.WaitGroup
+	for _, p := range c.proxies {
+		p.start(ctx, &wg)
+	}
+	for _, m := range c.mysqls {
+		m.start(ctx, &wg)
+	}
+	wg.Wait()
+	var errs []error
+	for _, p := range c.proxies {
+		errs = append(errs, p.close())
+	}
+	for _, m := range c.mysqls {
+		errs = append(errs, m.close())
+	}
+	return errors.Join(errs...)
+}
+
+// Top ranks tags by occupancy over window (10s, 1m or 5m; others are
+// rounded to the nearest of these).
+func (c *Collector) Top(window time.Duration) []TopRow {
+	return c.st.top(roundWindow(window))
+}
+
+func roundWindow(w time.Duration) time.Duration {
+	switch {
+	case w <= 30*time.Second:
+		return 10 * time.Second
+	case w <= 3*time.Minute:
+		return time.Minute
+	}
+	return 5 * time.Minute
+}
+
+// Ready reports whether every configured source has succeeded at least once
+// and is up now.
+func (c *Collector) Ready() (bool, []string) {
+	c.st.mu.Lock()
+	defer c.st.mu.Unlock()
+	var down []string
+	for k, sr := range c.st.series {
+		if !sr.up {
+			down = append(down, k.target+"/"+string(k.source))
+		}
+	}
+	return len(down) == 0, down
+}
+
+// poller runs one poll function of one source at its interval, marking the
+// source up or down and backing off while it fails.
+type poller struct {
+	c        *Collector
+	target   string
+	source   Source
+	interval time.Duration
+	poll     func(ctx context.Context) error
+	secret   string // the DSN's password, scrubbed from logged errors
+}
+
+func (p *poller) run(ctx context.Context) {
+	p.c.st.register(p.target, p.source)
+	backoff := time.Duration(0)
+	t := time.NewTimer(0)
+	defer t.Stop()
+	failed := false
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		start := time.Now()
+		pctx, cancel := context.WithTimeout(ctx, p.c.cfg.Timeout)
+		err := p.poll(pctx)
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			p.c.st.failure(p.target, p.source)
+			backoff = min(max(2*backoff, 100*time.Millisecond), p.c.cfg.MaxBackoff)
+			wait := backoff/2 + rand.N(backoff/2+1)
+			if !failed {
+				p.c.cfg.Logger.Warn("source down: its figures are stale until it recovers",
+					"target", p.target, "source", p.source, "err", scrub(err, p.secret), "retry_in", wait.Round(time.Millisecond))
+			}
+			failed = true
+			p.notify(err)
+			t.Reset(wait)
+			continue
+		}
+		if failed {
+			p.c.cfg.Logger.Info("source recovered", "target", p.target, "source", p.source)
+		}
+		failed, backoff = false, 0
+		p.c.st.success(p.target, p.source)
+		p.notify(nil)
+		t.Reset(max(p.interval-time.Since(start), 0))
+	}
+}
+
+func (p *poller) notify(err error) {
+	if p.c.onPoll != nil {
+		p.c.onPoll(p.target, p.source, err)
+	}
+}
+
+// scrub removes a password from an error's text: defence in depth, since
+// the driver's own messages do not carry it.
+func scrub(err error, secret string) string {
+	msg := err.Error()
+	if secret != "" && len(secret) >= 3 {
+		msg = strings.ReplaceAll(msg, secret, "xxxxx")
+	}
+	return msg
+}
+
+// openDB opens a pool on a parsed DSN; connections are made on first use.
+func openDB(mc *mysql.Config, maxConns int) (*sql.DB, error) {
+	conn, err := mysql.NewConnector(mc)
+	if err != nil {
+		return nil, errors.New("the DSN's options are not valid for go-sql-driver/mysql: check them")
+	}
+	db := sql.OpenDB(conn)
+	db.SetMaxOpenConns(maxConns)
+	db.SetMaxIdleConns(maxConns)
+	db.SetConnMaxLifetime(10 * time.Minute)
+	return db, nil
+}
+
+// recordPath is where a target's recording of table goes.
+func (c *Collector) recordPath(target, file string) string {
+	return filepath.Join(c.cfg.RecordDir, target, file)
+}
+
+// Handler serves /metrics, /api/v1/top, /healthz, /readyz and, with the
+// OTLP receiver on, /v1/traces.
+func (c *Collector) Handler() http.Handler { return c.handler() }

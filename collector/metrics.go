@@ -1,0 +1,136 @@
+package collector
+
+import (
+	"strconv"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metricsCollector exposes the store at scrape time and keeps no state of its
+// own, as client_golang's dbstats collector does: one lock of the store per
+// scrape, no per-tag metric objects to create or forget.
+type metricsCollector struct {
+	s *store
+
+	hold, idle, active, stmts, errs  *prometheus.Desc
+	sessions, pinned, pinnedSecs     *prometheus.Desc
+	poolConns, poolErrs, poolQueries *prometheus.Desc
+	poolLatency                      *prometheus.Desc
+	clientConns, activeTrx, getFails *prometheus.Desc
+	trx, trxAge, rowsLocked, waits   *prometheus.Desc
+	up, lastSuccess, overflow, bad   *prometheus.Desc
+}
+
+func newMetricsCollector(s *store) *metricsCollector {
+	tagLabels := []string{"target", "source", "conn_tag"}
+	pinLabels := []string{"target", "conn_tag", "reason"}
+	poolLabels := []string{"target", "hostgroup", "server"}
+	srcLabels := []string{"target", "source"}
+	d := prometheus.NewDesc
+	return &metricsCollector{
+		s:      s,
+		hold:   d("holdtime_collector_hold_seconds_total", "Seconds connections were held, per tag: backend hold at ProxySQL, server-side hold at MySQL, pool hold in the app (otlp).", tagLabels, nil),
+		idle:   d("holdtime_collector_idle_hold_seconds_total", "Seconds connections were held with no statement running, per tag.", tagLabels, nil),
+		active: d("holdtime_collector_active_seconds_total", "Seconds spent inside statements, per tag.", tagLabels, nil),
+		stmts:  d("holdtime_collector_statements_total", "Statements per tag (events log, digests, server statement history, app spans).", tagLabels, nil),
+		errs:   d("holdtime_collector_statement_errors_total", "Statements that failed, per tag.", tagLabels, nil),
+
+		sessions:   d("holdtime_collector_sessions", "Sessions currently holding a backend (ProxySQL) or server connection (MySQL), per tag.", tagLabels, nil),
+		pinned:     d("holdtime_collector_pinned_sessions", "ProxySQL sessions idle with a backend attached, per tag and the reason multiplexing is off.", pinLabels, nil),
+		pinnedSecs: d("holdtime_collector_pinned_seconds_total", "Seconds ProxySQL sessions were idle with a backend attached, per tag and reason.", pinLabels, nil),
+
+		poolConns:   d("holdtime_proxysql_pool_connections", "ProxySQL backend connections per hostgroup and server (state=used|free).", []string{"target", "hostgroup", "server", "state"}, nil),
+		poolErrs:    d("holdtime_proxysql_pool_connection_errors_total", "ProxySQL backend connection errors (ConnERR).", poolLabels, nil),
+		poolQueries: d("holdtime_proxysql_pool_queries_total", "Queries ProxySQL sent to the backend server.", poolLabels, nil),
+		poolLatency: d("holdtime_proxysql_pool_latency_seconds", "ProxySQL's ping latency to the backend server (Latency_us).", poolLabels, nil),
+		clientConns: d("holdtime_proxysql_client_connections", "Client connections to ProxySQL (Client_Connections_connected).", []string{"target"}, nil),
+		activeTrx:   d("holdtime_proxysql_active_transactions", "Transactions open through ProxySQL (Active_Transactions).", []string{"target"}, nil),
+		getFails:    d("holdtime_proxysql_connpool_get_failures_total", "Times ProxySQL could not get a backend connection from its pool (ConnPool_get_conn_failure).", []string{"target"}, nil),
+
+		trx:        d("holdtime_mysql_transactions", "Open InnoDB transactions per tag.", []string{"target", "conn_tag"}, nil),
+		trxAge:     d("holdtime_mysql_transaction_max_age_seconds", "Age of the oldest open InnoDB transaction per tag.", []string{"target", "conn_tag"}, nil),
+		rowsLocked: d("holdtime_mysql_rows_locked", "Rows locked by open InnoDB transactions per tag.", []string{"target", "conn_tag"}, nil),
+		waits:      d("holdtime_mysql_lock_waits", "InnoDB lock waits by the tag of the waiting and of the blocking session.", []string{"target", "waiter_tag", "blocker_tag"}, nil),
+
+		up:          d("holdtime_source_up", "1 when the source's last poll succeeded, 0 when it is down (its gauges are then absent, not zero).", srcLabels, nil),
+		lastSuccess: d("holdtime_source_last_success_timestamp_seconds", "Unix time of the source's last successful poll.", srcLabels, nil),
+		overflow:    d("holdtime_collector_tags_overflow_total", "Observations whose tag went to conn_tag=\"overflow\" because the source had reached the cap on distinct tags.", srcLabels, nil),
+		bad:         d("holdtime_collector_malformed_rows_total", "Rows and lines counted and skipped because they could not be parsed.", srcLabels, nil),
+	}
+}
+
+// Describe sends every descriptor: the set is fixed, so the registry can
+// check names and label sets once.
+func (m *metricsCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{m.hold, m.idle, m.active, m.stmts, m.errs, m.sessions, m.pinned, m.pinnedSecs,
+		m.poolConns, m.poolErrs, m.poolQueries, m.poolLatency, m.clientConns, m.activeTrx, m.getFails,
+		m.trx, m.trxAge, m.rowsLocked, m.waits, m.up, m.lastSuccess, m.overflow, m.bad} {
+		ch <- d
+	}
+}
+
+// Collect reads the store.
+func (m *metricsCollector) Collect(ch chan<- prometheus.Metric) {
+	s := m.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c := prometheus.CounterValue
+	g := prometheus.GaugeValue
+	for k, sr := range s.series {
+		t, src := k.target, string(k.source)
+		ch <- prometheus.MustNewConstMetric(m.up, g, b2f(sr.up), t, src)
+		if !sr.lastSuccess.IsZero() {
+			ch <- prometheus.MustNewConstMetric(m.lastSuccess, g, float64(sr.lastSuccess.UnixMilli())/1e3, t, src)
+		}
+		ch <- prometheus.MustNewConstMetric(m.overflow, c, sr.overflow, t, src)
+		ch <- prometheus.MustNewConstMetric(m.bad, c, sr.malformed, t, src)
+		for tag, e := range sr.tags {
+			ch <- prometheus.MustNewConstMetric(m.hold, c, e.total.hold, t, src, tag)
+			ch <- prometheus.MustNewConstMetric(m.idle, c, e.total.idle, t, src, tag)
+			ch <- prometheus.MustNewConstMetric(m.active, c, e.total.active, t, src, tag)
+			ch <- prometheus.MustNewConstMetric(m.stmts, c, e.total.stmts, t, src, tag)
+			ch <- prometheus.MustNewConstMetric(m.errs, c, e.total.errors, t, src, tag)
+			for reason, v := range e.pinnedSecs {
+				ch <- prometheus.MustNewConstMetric(m.pinnedSecs, c, v, t, tag, reason)
+			}
+		}
+		gs := sr.gauges
+		if gs == nil {
+			continue
+		}
+		for tag, n := range gs.sessions {
+			ch <- prometheus.MustNewConstMetric(m.sessions, g, float64(n), t, src, tag)
+		}
+		for tr, n := range gs.pinned {
+			ch <- prometheus.MustNewConstMetric(m.pinned, g, float64(n), t, tr[0], tr[1])
+		}
+		for _, p := range gs.pool {
+			hg := strconv.FormatInt(p.Hostgroup, 10)
+			ch <- prometheus.MustNewConstMetric(m.poolConns, g, float64(p.ConnUsed), t, hg, p.Server, "used")
+			ch <- prometheus.MustNewConstMetric(m.poolConns, g, float64(p.ConnFree), t, hg, p.Server, "free")
+			ch <- prometheus.MustNewConstMetric(m.poolErrs, c, float64(p.ConnERR), t, hg, p.Server)
+			ch <- prometheus.MustNewConstMetric(m.poolQueries, c, float64(p.Queries), t, hg, p.Server)
+			ch <- prometheus.MustNewConstMetric(m.poolLatency, g, float64(p.LatencyUS)/1e6, t, hg, p.Server)
+		}
+		if gl := gs.global; gl != nil {
+			ch <- prometheus.MustNewConstMetric(m.clientConns, g, gl.clientConnections, t)
+			ch <- prometheus.MustNewConstMetric(m.activeTrx, g, gl.activeTransactions, t)
+			ch <- prometheus.MustNewConstMetric(m.getFails, c, gl.getConnFailures, t)
+		}
+		for tag, f := range gs.trx {
+			ch <- prometheus.MustNewConstMetric(m.trx, g, float64(f.count), t, tag)
+			ch <- prometheus.MustNewConstMetric(m.trxAge, g, f.maxAge, t, tag)
+			ch <- prometheus.MustNewConstMetric(m.rowsLocked, g, float64(f.rowsLocked), t, tag)
+		}
+		for wb, n := range gs.waits {
+			ch <- prometheus.MustNewConstMetric(m.waits, g, float64(n), t, wb[0], wb[1])
+		}
+	}
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}

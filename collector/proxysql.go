@@ -1,0 +1,422 @@
+package collector
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// The admin queries. Columns are named so a future ProxySQL that adds some
+// does not shift them.
+const (
+	queryProcesslist = `SELECT ThreadID, SessionID, user, db, cli_host, cli_port, hostgroup, l_srv_host, l_srv_port, ` +
+		`srv_host, srv_port, command, time_ms, info, status_flags, extended_info FROM stats_mysql_processlist`
+	queryDigest = `SELECT hostgroup, schemaname, username, client_address, digest, digest_text, count_star, ` +
+		`first_seen, last_seen, sum_time FROM stats_mysql_query_digest`
+	queryKeepComment = `SELECT variable_value FROM global_variables WHERE variable_name = 'mysql-query_digests_keep_comment'`
+	queryPool        = `SELECT hostgroup, srv_host, srv_port, status, ConnUsed, ConnFree, ConnOK, ConnERR, Queries, Latency_us ` +
+		`FROM stats_mysql_connection_pool`
+	queryGlobal = `SELECT Variable_Name, Variable_Value FROM stats_mysql_global`
+)
+
+// proxysqlTarget is one ProxySQL instance: its pollers share one small pool
+// of admin connections and one session state machine.
+type proxysqlTarget struct {
+	c        *Collector
+	cfg      ProxySQLConfig
+	secret   string
+	db       *sql.DB
+	sessions *proxysqlSessions
+
+	rows    []ProcesslistRow // reused between samples
+	digests *digestState
+
+	recMu  sync.Mutex
+	recs   map[string]*tableRecorder
+	plRec  *ProcesslistWriter
+	plFile *os.File
+}
+
+func newProxySQLTarget(c *Collector, cfg ProxySQLConfig) *proxysqlTarget {
+	mc, _ := parseDSN(cfg.DSN, c.cfg.Timeout) // validated in New
+	db, _ := openDB(mc, 3)
+	pc := ProcesslistConfig{
+		MaxSampleGap: max(4*cfg.ProcesslistInterval, time.Second),
+		// The processlist lists every live session in every sample, so a
+		// session missing for a minute is gone.
+		ForgetAfter: time.Minute,
+	}
+	t := &proxysqlTarget{c: c, cfg: cfg, secret: mc.Passwd, db: db,
+		sessions: newProxySQLSessions(cfg.Name, c.st, pc, cfg.EventsLog != "", c.cfg.OTLP.Enabled, cfg.TagGrace),
+		digests:  newDigestState(), recs: map[string]*tableRecorder{}}
+	return t
+}
+
+func (t *proxysqlTarget) start(ctx context.Context, wg *sync.WaitGroup) {
+	run := func(src Source, interval time.Duration, poll func(context.Context) error) {
+		p := &poller{c: t.c, target: t.cfg.Name, source: src, interval: interval, poll: poll, secret: t.secret}
+		wg.Go(func() { p.run(ctx) })
+	}
+	run(SourceProxySQLProcesslist, t.cfg.ProcesslistInterval, t.pollProcesslist)
+	if t.cfg.DigestInterval > 0 {
+		run(SourceProxySQLDigest, t.cfg.DigestInterval, t.pollDigest)
+	}
+	run(SourceProxySQLPool, t.cfg.PoolInterval, t.pollPool)
+	if t.cfg.EventsLog != "" {
+		tl := &tailer{path: t.cfg.EventsLog, poll: t.cfg.EventsLogPoll, c: t.c, target: t.cfg.Name, sessions: t.sessions}
+		t.c.st.register(t.cfg.Name, SourceProxySQLEvents)
+		wg.Go(func() { tl.run(ctx) })
+	}
+}
+
+func (t *proxysqlTarget) close() error {
+	t.recMu.Lock()
+	defer t.recMu.Unlock()
+	var errs []error
+	if t.plRec != nil {
+		errs = append(errs, t.plRec.Flush(), t.plFile.Close())
+	}
+	for _, r := range t.recs {
+		errs = append(errs, r.close())
+	}
+	errs = append(errs, t.db.Close())
+	return errors.Join(errs...)
+}
+
+// pollProcesslist takes one sample: the sample time is the collector's
+// clock when the query is sent, never ProxySQL's lagging time_ms.
+func (t *proxysqlTarget) pollProcesslist(ctx context.Context) error {
+	at := time.Now()
+	rows, err := t.db.QueryContext(ctx, queryProcesslist)
+	if err != nil {
+		return fmt.Errorf("query stats_mysql_processlist: %w", err)
+	}
+	defer rows.Close()
+	t.rows = t.rows[:0]
+	bad := 0
+	for rows.Next() {
+		t.rows = append(t.rows, ProcesslistRow{SampleTime: at})
+		r := &t.rows[len(t.rows)-1]
+		var timeMS sql.NullInt64
+		if err := rows.Scan(&r.ThreadID, &r.SessionID, &r.User, &r.DB, &r.CliHost, &r.CliPort, &r.Hostgroup,
+			&r.LSrvHost, &r.LSrvPort, &r.SrvHost, &r.SrvPort, &r.Command, &timeMS, &r.Info, &r.StatusFlags,
+			&r.ExtendedInfo); err != nil {
+			bad++
+			t.rows = t.rows[:len(t.rows)-1]
+			continue
+		}
+		r.TimeMS = timeMS.Int64
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("read stats_mysql_processlist: %w", err)
+	}
+	t.c.st.malformed(t.cfg.Name, SourceProxySQLProcesslist, bad)
+	t.sessions.sample(at, t.rows)
+	if t.c.cfg.RecordDir != "" {
+		return t.recordProcesslist(t.rows)
+	}
+	return nil
+}
+
+func (t *proxysqlTarget) recordProcesslist(rows []ProcesslistRow) error {
+	t.recMu.Lock()
+	defer t.recMu.Unlock()
+	if t.plRec == nil {
+		path := t.c.recordPath(t.cfg.Name, "processlist.tsv")
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			return fmt.Errorf("record processlist: %w", err)
+		}
+		f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
+		if err != nil {
+			return fmt.Errorf("record processlist: %w: check the --record directory", err)
+		}
+		t.plFile, t.plRec = f, NewProcesslistWriter(f)
+	}
+	if err := t.plRec.Write(rows); err != nil {
+		return err
+	}
+	return t.plRec.Flush()
+}
+
+// queryTable reads a whole admin table as text, the way ProxySQL's admin
+// (SQLite underneath) returns it, for parsers and for recording.
+func queryTable(ctx context.Context, db *sql.DB, query string) ([]string, [][]sql.NullString, error) {
+	rows, err := db.QueryContext(ctx, query)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer rows.Close()
+	cols, err := rows.Columns()
+	if err != nil {
+		return nil, nil, err
+	}
+	var out [][]sql.NullString
+	ptrs := make([]any, len(cols))
+	for rows.Next() {
+		vals := make([]sql.NullString, len(cols))
+		for i := range vals {
+			ptrs[i] = &vals[i]
+		}
+		if err := rows.Scan(ptrs...); err != nil {
+			return nil, nil, err
+		}
+		out = append(out, vals)
+	}
+	return cols, out, rows.Err()
+}
+
+// record appends a polled table to the target's recording of it.
+func (t *proxysqlTarget) record(table string, at time.Time, cols []string, rows [][]sql.NullString) error {
+	if t.c.cfg.RecordDir == "" {
+		return nil
+	}
+	t.recMu.Lock()
+	defer t.recMu.Unlock()
+	r := t.recs[table]
+	if r == nil {
+		var err error
+		r, err = newTableRecorder(t.c.recordPath(t.cfg.Name, table+".tsv"), table)
+		if err != nil {
+			return err
+		}
+		t.recs[table] = r
+	}
+	return r.write(at, cols, rows)
+}
+
+// digestKey identifies a row of stats_mysql_query_digest.
+type digestKey struct {
+	hostgroup, schema, user, client, digest string
+}
+
+type digestRow struct {
+	key       digestKey
+	text      string
+	count     int64
+	firstSeen int64
+	sumUS     int64
+}
+
+type digestState struct {
+	prev     map[digestKey]digestRow
+	cur      map[digestKey]digestRow
+	baseline bool
+}
+
+func newDigestState() *digestState {
+	return &digestState{prev: map[digestKey]digestRow{}, cur: map[digestKey]digestRow{}}
+}
+
+// parseDigestRow reads one stats_mysql_query_digest row (columns in
+// queryDigest's order).
+func parseDigestRow(v []sql.NullString) (digestRow, error) {
+	if len(v) != 10 {
+		return digestRow{}, fmt.Errorf("%d columns, want 10", len(v))
+	}
+	var r digestRow
+	r.key = digestKey{v[0].String, v[1].String, v[2].String, v[3].String, v[4].String}
+	r.text = v[5].String
+	var err error
+	if r.count, err = parseCount(v[6]); err != nil {
+		return r, fmt.Errorf("count_star: %w", err)
+	}
+	if r.firstSeen, err = parseCount(v[7]); err != nil {
+		return r, fmt.Errorf("first_seen: %w", err)
+	}
+	if r.sumUS, err = parseCount(v[9]); err != nil {
+		return r, fmt.Errorf("sum_time: %w", err)
+	}
+	return r, nil
+}
+
+func parseCount(v sql.NullString) (int64, error) {
+	if !v.Valid {
+		return 0, errors.New("NULL")
+	}
+	n, err := strconv.ParseInt(v.String, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("%q is not an integer", truncate(v.String, 32))
+	}
+	if n < 0 {
+		return 0, fmt.Errorf("%d is negative", n)
+	}
+	return n, nil
+}
+
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "..."
+	}
+	return s
+}
+
+// digestTag is the tag a digest row's figures go to. With
+// mysql-query_digests_keep_comment=false ProxySQL strips comments from
+// digest_text, so no tag can be read: everything goes to UnknownTag rather
+// than to UntaggedTag, which would claim the statements had no tag.
+func digestTag(text string, keepComments bool, buf []byte) ([]byte, string) {
+	if !keepComments {
+		return buf, UnknownTag
+	}
+	t, ok := AppendTag(buf[:0], []byte(text))
+	if !ok {
+		return t, UntaggedTag
+	}
+	return t, string(t)
+}
+
+// apply computes per-tag deltas from one digest poll. The first poll is a
+// baseline. A digest whose count went down or whose first_seen changed was
+// reset (stats_mysql_query_digest_reset, or evicted and seen again): its
+// whole count is new. A digest that appeared since the last poll is all new.
+func (d *digestState) apply(rows []digestRow, keepComments bool, batch map[string]*tagDelta) {
+	clear(d.cur)
+	var buf []byte
+	for _, r := range rows {
+		d.cur[r.key] = r
+		if !d.baseline {
+			continue
+		}
+		dc, dt := r.count, r.sumUS
+		if p, ok := d.prev[r.key]; ok && r.count >= p.count && r.firstSeen == p.firstSeen {
+			dc, dt = r.count-p.count, max(r.sumUS-p.sumUS, 0)
+		}
+		if dc == 0 && dt == 0 {
+			continue
+		}
+		var tag string
+		buf, tag = digestTag(r.text, keepComments, buf)
+		td := batch[tag]
+		if td == nil {
+			td = &tagDelta{}
+			batch[tag] = td
+		}
+		td.stmts += float64(dc)
+		td.active += float64(dt) / 1e6
+	}
+	d.baseline = true
+	d.prev, d.cur = d.cur, d.prev
+}
+
+func (t *proxysqlTarget) pollDigest(ctx context.Context) error {
+	at := time.Now()
+	keep := true
+	var v sql.NullString
+	if err := t.db.QueryRowContext(ctx, queryKeepComment).Scan(&v); err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("read mysql-query_digests_keep_comment: %w", err)
+	}
+	// Before 2.4 the variable does not exist and comments are kept.
+	keep = !v.Valid || strings.EqualFold(v.String, "true") || v.String == "1"
+	cols, raw, err := queryTable(ctx, t.db, queryDigest)
+	if err != nil {
+		return fmt.Errorf("query stats_mysql_query_digest: %w", err)
+	}
+	rows := make([]digestRow, 0, len(raw))
+	bad := 0
+	for _, r := range raw {
+		dr, err := parseDigestRow(r)
+		if err != nil {
+			bad++
+			continue
+		}
+		rows = append(rows, dr)
+	}
+	t.c.st.malformed(t.cfg.Name, SourceProxySQLDigest, bad)
+	batch := map[string]*tagDelta{}
+	t.digests.apply(rows, keep, batch)
+	t.c.st.add(t.cfg.Name, SourceProxySQLDigest, batch)
+	return t.record("stats_mysql_query_digest", at, cols, raw)
+}
+
+// parsePoolRow reads one stats_mysql_connection_pool row (queryPool's
+// columns).
+func parsePoolRow(v []sql.NullString) (PoolServer, error) {
+	if len(v) != 10 {
+		return PoolServer{}, fmt.Errorf("%d columns, want 10", len(v))
+	}
+	var p PoolServer
+	var err error
+	var hg int64
+	if hg, err = strconv.ParseInt(v[0].String, 10, 64); err != nil {
+		return p, fmt.Errorf("hostgroup %q is not an integer", truncate(v[0].String, 32))
+	}
+	p.Hostgroup = hg
+	if !v[1].Valid || !v[2].Valid {
+		return p, errors.New("srv_host or srv_port is NULL")
+	}
+	p.Server = v[1].String + ":" + v[2].String
+	p.Status = v[3].String
+	for i, dst := range []*int64{&p.ConnUsed, &p.ConnFree, &p.ConnOK, &p.ConnERR, &p.Queries, &p.LatencyUS} {
+		if *dst, err = parseCount(v[4+i]); err != nil {
+			return p, fmt.Errorf("column %d: %w", 5+i, err)
+		}
+	}
+	return p, nil
+}
+
+// parseGlobal reads the stats_mysql_global variables holdtime exports.
+func parseGlobal(rows [][]sql.NullString) (*proxysqlGlobal, int) {
+	g := &proxysqlGlobal{}
+	bad := 0
+	for _, r := range rows {
+		if len(r) != 2 {
+			bad++
+			continue
+		}
+		var dst *float64
+		switch r[0].String {
+		case "Client_Connections_connected":
+			dst = &g.clientConnections
+		case "Active_Transactions":
+			dst = &g.activeTransactions
+		case "ConnPool_get_conn_failure":
+			dst = &g.getConnFailures
+		default:
+			continue
+		}
+		n, err := parseCount(r[1])
+		if err != nil {
+			bad++
+			continue
+		}
+		*dst = float64(n)
+	}
+	return g, bad
+}
+
+func (t *proxysqlTarget) pollPool(ctx context.Context) error {
+	at := time.Now()
+	cols, raw, err := queryTable(ctx, t.db, queryPool)
+	if err != nil {
+		return fmt.Errorf("query stats_mysql_connection_pool: %w", err)
+	}
+	gcols, graw, err := queryTable(ctx, t.db, queryGlobal)
+	if err != nil {
+		return fmt.Errorf("query stats_mysql_global: %w", err)
+	}
+	var pool []PoolServer
+	bad := 0
+	for _, r := range raw {
+		p, err := parsePoolRow(r)
+		if err != nil {
+			bad++
+			continue
+		}
+		p.SampleTime = at
+		pool = append(pool, p)
+	}
+	global, gbad := parseGlobal(graw)
+	t.c.st.malformed(t.cfg.Name, SourceProxySQLPool, bad+gbad)
+	t.c.st.setGauges(t.cfg.Name, SourceProxySQLPool, func(_ *series, g *gauges) {
+		g.pool, g.global = pool, global
+	})
+	return errors.Join(t.record("stats_mysql_connection_pool", at, cols, raw),
+		t.record("stats_mysql_global", at, gcols, graw))
+}

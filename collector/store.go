@@ -1,0 +1,448 @@
+package collector
+
+import (
+	"sort"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Source names where a figure came from. It is the `source` label of the
+// per-tag metrics and the key of TopRow.Sources.
+type Source string
+
+// The sources of per-tag figures.
+const (
+	SourceProxySQLProcesslist Source = "proxysql_processlist" // sampled stats_mysql_processlist
+	SourceProxySQLEvents      Source = "proxysql_events"      // the JSON events log, exact
+	SourceProxySQLDigest      Source = "proxysql_digest"      // stats_mysql_query_digest deltas
+	SourceMySQL               Source = "mysql"                // the MySQL/MariaDB server itself
+	SourceOTLP                Source = "otlp"                 // conntag's spans
+	// SourceProxySQLPool labels only holdtime_source_up and
+	// holdtime_source_last_success_timestamp_seconds: the poll of
+	// stats_mysql_connection_pool and stats_mysql_global has no per-tag figures.
+	SourceProxySQLPool Source = "proxysql_pool"
+)
+
+// headlinePriority orders the sources whose hold figures lead a TopRow: the
+// exact events log first, then sampling at the proxy, the server, the app.
+// The digest source has statement time but no hold, so it comes last.
+var headlinePriority = [...]Source{SourceProxySQLEvents, SourceProxySQLProcesslist, SourceMySQL, SourceOTLP, SourceProxySQLDigest}
+
+// figures are the additive per-tag quantities. Seconds are float64 because
+// sampled holds are fractions of a sample interval.
+type figures struct {
+	hold, idle, active, stmts, errors float64
+}
+
+func (f *figures) add(g *figures) {
+	f.hold += g.hold
+	f.idle += g.idle
+	f.active += g.active
+	f.stmts += g.stmts
+	f.errors += g.errors
+}
+
+// Window resolution: 1 s buckets for the 10 s window, 5 s buckets for the
+// 1 m and 5 m windows. Two small rings instead of one 300-slot ring keep an
+// entry near 3 KiB, so MaxTags entries per source stay a few MiB.
+const (
+	fineBuckets   = 10
+	coarseBuckets = 60
+	coarseSpan    = 5 // seconds per coarse bucket
+)
+
+type bucket struct {
+	sec int64 // start of the bucket, Unix seconds
+	f   figures
+}
+
+// entry is one tag of one (target, source).
+type entry struct {
+	total      figures
+	pinnedSecs map[string]float64 // reason -> seconds pinned idle (processlist)
+	fine       [fineBuckets]bucket
+	coarse     [coarseBuckets]bucket
+}
+
+func (e *entry) addAt(sec int64, f *figures) {
+	e.total.add(f)
+	b := &e.fine[sec%fineBuckets]
+	if b.sec != sec {
+		*b = bucket{sec: sec}
+	}
+	b.f.add(f)
+	cs := sec - sec%coarseSpan
+	c := &e.coarse[(sec/coarseSpan)%coarseBuckets]
+	if c.sec != cs {
+		*c = bucket{sec: cs}
+	}
+	c.f.add(f)
+}
+
+// window sums the buckets covering the last w seconds before now and
+// returns the span in seconds they cover.
+func (e *entry) window(now time.Time, w time.Duration) (figures, float64) {
+	var sum figures
+	nowSec := now.Unix()
+	var oldest int64
+	if w <= fineBuckets*time.Second {
+		oldest = nowSec - int64(w/time.Second) + 1
+		for i := range e.fine {
+			if b := &e.fine[i]; b.sec >= oldest && b.sec <= nowSec {
+				sum.add(&b.f)
+			}
+		}
+	} else {
+		cur := nowSec - nowSec%coarseSpan
+		oldest = cur - int64(w/time.Second) + coarseSpan
+		for i := range e.coarse {
+			if b := &e.coarse[i]; b.sec >= oldest && b.sec <= cur {
+				sum.add(&b.f)
+			}
+		}
+	}
+	return sum, now.Sub(time.Unix(oldest, 0)).Seconds()
+}
+
+type seriesKey struct {
+	target string
+	source Source
+}
+
+// series is everything one source of one target reported.
+type series struct {
+	tags        map[string]*entry
+	overflow    float64 // observations whose tag went to OverflowTag
+	malformed   float64 // rows counted and skipped
+	up          bool
+	lastSuccess time.Time
+	gauges      *gauges // nil while the source is down: stale, not zero
+}
+
+// gauges are the current-state figures a poll replaces as a whole.
+type gauges struct {
+	sessions map[string]int        // tag -> sessions holding a connection
+	pinned   map[[2]string]int     // (tag, reason) -> pinned sessions
+	pool     []PoolServer          // stats_mysql_connection_pool
+	global   *proxysqlGlobal       // stats_mysql_global
+	trx      map[string]trxFigures // tag -> INNODB_TRX figures
+	waits    map[[2]string]int     // (waiter tag, blocker tag) -> lock waits
+}
+
+// PoolServer is one row of stats_mysql_connection_pool.
+type PoolServer struct {
+	Hostgroup  int64
+	Server     string // host:port
+	Status     string
+	ConnUsed   int64
+	ConnFree   int64
+	ConnOK     int64
+	ConnERR    int64
+	Queries    int64
+	LatencyUS  int64
+	SampleTime time.Time
+}
+
+type proxysqlGlobal struct {
+	clientConnections  float64
+	activeTransactions float64
+	getConnFailures    float64
+}
+
+type trxFigures struct {
+	count      int
+	maxAge     float64
+	rowsLocked int64
+}
+
+// store holds every figure the sources report, per (target, source, tag),
+// with a cap on distinct tags per (target, source). It is the one place the
+// Prometheus collector and Top read.
+type store struct {
+	mu      sync.Mutex
+	maxTags int
+	started time.Time
+	now     func() time.Time
+	series  map[seriesKey]*series
+}
+
+func newStore(maxTags int, now func() time.Time) *store {
+	return &store{maxTags: maxTags, now: now, started: now(), series: make(map[seriesKey]*series)}
+}
+
+// get returns the series of (target, source), creating it. Callers hold mu.
+func (s *store) get(target string, source Source) *series {
+	k := seriesKey{target, source}
+	sr := s.series[k]
+	if sr == nil {
+		sr = &series{tags: make(map[string]*entry)}
+		s.series[k] = sr
+	}
+	return sr
+}
+
+// entryFor returns tag's entry, or the overflow entry once the series has
+// maxTags tags. unknown and untagged are never capped: they say what the
+// collector could not attribute and must stay visible. Callers hold mu.
+func (s *store) entryFor(sr *series, tag string) *entry {
+	if e := sr.tags[tag]; e != nil {
+		return e
+	}
+	if len(sr.tags) >= s.maxTags && tag != UnknownTag && tag != UntaggedTag {
+		sr.overflow++
+		tag = OverflowTag
+		if e := sr.tags[tag]; e != nil {
+			return e
+		}
+	}
+	// Clone: tag may point into a reused buffer or a large statement text.
+	e := &entry{}
+	sr.tags[strings.Clone(tag)] = e
+	return e
+}
+
+// tagDelta is what one source adds for one tag in one batch.
+type tagDelta struct {
+	figures
+	pinnedSecs map[string]float64
+}
+
+// add adds a batch of per-tag figures at the collector's current time.
+func (s *store) add(target string, source Source, batch map[string]*tagDelta) {
+	if len(batch) == 0 {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sec := s.now().Unix()
+	sr := s.get(target, source)
+	for tag, d := range batch {
+		e := s.entryFor(sr, tag)
+		e.addAt(sec, &d.figures)
+		for reason, v := range d.pinnedSecs {
+			if e.pinnedSecs == nil {
+				e.pinnedSecs = make(map[string]float64)
+			}
+			e.pinnedSecs[reason] += v
+		}
+	}
+}
+
+// addOne adds figures for one tag: the path of sources that see one hold at
+// a time (events log, OTLP).
+func (s *store) addOne(target string, source Source, tag string, f *figures) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sr := s.get(target, source)
+	s.entryFor(sr, tag).addAt(s.now().Unix(), f)
+}
+
+// capTag maps tag to the name the store would keep it under, counting an
+// overflow once per call. Gauges use it so that their label sets obey the
+// same cap as the counters.
+func (s *store) capTag(sr *series, tag string) string {
+	if _, ok := sr.tags[tag]; ok || tag == UnknownTag || tag == UntaggedTag {
+		return tag
+	}
+	if len(sr.tags) >= s.maxTags {
+		sr.overflow++
+		return OverflowTag
+	}
+	sr.tags[strings.Clone(tag)] = &entry{}
+	return tag
+}
+
+// setGauges replaces the current-state figures of a source after a
+// successful poll, capping their tags like the counters'.
+func (s *store) setGauges(target string, source Source, update func(sr *series, g *gauges)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sr := s.get(target, source)
+	g := &gauges{}
+	if sr.gauges != nil {
+		*g = *sr.gauges
+	}
+	update(sr, g)
+	sr.gauges = g
+}
+
+// success marks a poll of (target, source) as done now.
+func (s *store) success(target string, source Source) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sr := s.get(target, source)
+	sr.up = true
+	sr.lastSuccess = s.now()
+}
+
+// failure marks (target, source) down and drops its gauges: a dead source's
+// sessions are unknown, not zero, so its series disappear until it is back.
+func (s *store) failure(target string, source Source) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sr := s.get(target, source)
+	sr.up = false
+	sr.gauges = nil
+}
+
+// register makes (target, source) known, down until its first success.
+func (s *store) register(target string, source Source) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.get(target, source)
+}
+
+func (s *store) malformed(target string, source Source, n int) {
+	if n == 0 {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.get(target, source).malformed += float64(n)
+}
+
+// Windows that Top accepts.
+var topWindows = map[string]time.Duration{"10s": 10 * time.Second, "1m": time.Minute, "5m": 5 * time.Minute}
+
+// TopRow is one tag in the ranking of Collector.Top: its figures over the
+// window from the best source that saw it (Source), and every source's
+// figures in Sources.
+type TopRow struct {
+	Tag string `json:"tag"`
+	// Occupancy is hold-seconds per second: the average number of
+	// connections the tag kept busy over the window.
+	Occupancy       float64 `json:"occupancy"`
+	HoldSeconds     float64 `json:"hold_seconds"`
+	IdleHoldSeconds float64 `json:"idle_hold_seconds"`
+	ActiveSeconds   float64 `json:"active_seconds"`
+	IdleShare       float64 `json:"idle_share"`
+	Statements      float64 `json:"statements"`
+	Errors          float64 `json:"errors"`
+	Sessions        int     `json:"sessions"`
+	PinnedSessions  int     `json:"pinned_sessions"`
+	// Source is where the figures above come from.
+	Source Source `json:"source"`
+	// Stale is set when a target of Source is down: the figures are what
+	// it reported before it went down.
+	Stale   bool                      `json:"stale,omitempty"`
+	Sources map[Source]*SourceFigures `json:"sources"`
+}
+
+// SourceFigures are one source's figures for a tag in a TopRow, summed over
+// the source's targets.
+type SourceFigures struct {
+	Occupancy       float64  `json:"occupancy"`
+	HoldSeconds     float64  `json:"hold_seconds"`
+	IdleHoldSeconds float64  `json:"idle_hold_seconds"`
+	ActiveSeconds   float64  `json:"active_seconds"`
+	Statements      float64  `json:"statements"`
+	Errors          float64  `json:"errors"`
+	Sessions        int      `json:"sessions"`
+	PinnedSessions  int      `json:"pinned_sessions"`
+	Targets         []string `json:"targets"`
+	Stale           bool     `json:"stale,omitempty"`
+}
+
+// top ranks tags over window w.
+func (s *store) top(w time.Duration) []TopRow {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	rows := map[string]*TopRow{}
+	for k, sr := range s.series {
+		for tag, e := range sr.tags {
+			sum, span := e.window(now, w)
+			span = min(span, max(now.Sub(s.started).Seconds(), 1))
+			var sessions, pinned int
+			if g := sr.gauges; g != nil {
+				sessions = g.sessions[tag]
+				for tr, n := range g.pinned {
+					if tr[0] == tag {
+						pinned += n
+					}
+				}
+			}
+			if sum == (figures{}) && sessions == 0 && pinned == 0 {
+				continue
+			}
+			r := rows[tag]
+			if r == nil {
+				r = &TopRow{Tag: tag, Sources: map[Source]*SourceFigures{}}
+				rows[tag] = r
+			}
+			sf := r.Sources[k.source]
+			if sf == nil {
+				sf = &SourceFigures{}
+				r.Sources[k.source] = sf
+			}
+			sf.HoldSeconds += sum.hold
+			sf.IdleHoldSeconds += sum.idle
+			sf.ActiveSeconds += sum.active
+			sf.Statements += sum.stmts
+			sf.Errors += sum.errors
+			sf.Occupancy += sum.hold / span
+			sf.Sessions += sessions
+			sf.PinnedSessions += pinned
+			sf.Targets = append(sf.Targets, k.target)
+			sf.Stale = sf.Stale || !sr.up
+		}
+	}
+	out := make([]TopRow, 0, len(rows))
+	for _, r := range rows {
+		for _, src := range headlinePriority {
+			sf := r.Sources[src]
+			if sf == nil {
+				continue
+			}
+			sort.Strings(sf.Targets)
+			if r.Source == "" {
+				r.Source = src
+				r.Occupancy, r.HoldSeconds, r.IdleHoldSeconds = sf.Occupancy, sf.HoldSeconds, sf.IdleHoldSeconds
+				r.ActiveSeconds, r.Statements, r.Errors = sf.ActiveSeconds, sf.Statements, sf.Errors
+				r.Sessions, r.PinnedSessions, r.Stale = sf.Sessions, sf.PinnedSessions, sf.Stale
+				if r.HoldSeconds > 0 {
+					r.IdleShare = r.IdleHoldSeconds / r.HoldSeconds
+				}
+			}
+		}
+		out = append(out, *r)
+	}
+	sortTop(out, "occupancy")
+	return out
+}
+
+// sortTop orders rows by key, largest first (tag: alphabetical).
+func sortTop(rows []TopRow, key string) {
+	val := func(r *TopRow) float64 {
+		switch key {
+		case "hold":
+			return r.HoldSeconds
+		case "idle":
+			return r.IdleHoldSeconds
+		case "active":
+			return r.ActiveSeconds
+		case "statements":
+			return r.Statements
+		case "errors":
+			return r.Errors
+		case "sessions":
+			return float64(r.Sessions)
+		case "pinned":
+			return float64(r.PinnedSessions)
+		}
+		return r.Occupancy
+	}
+	sort.SliceStable(rows, func(i, j int) bool {
+		if key == "tag" {
+			return rows[i].Tag < rows[j].Tag
+		}
+		if vi, vj := val(&rows[i]), val(&rows[j]); vi != vj {
+			return vi > vj
+		}
+		return rows[i].Tag < rows[j].Tag
+	})
+}
+
+// sortKeys are the values Top's sort parameter accepts.
+var sortKeys = []string{"occupancy", "hold", "idle", "active", "statements", "errors", "sessions", "pinned", "tag"}

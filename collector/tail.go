@@ -1,0 +1,250 @@
+package collector
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"time"
+)
+
+// maxEventLine bounds a partial line kept between reads; longer lines are
+// counted as malformed and skipped, as EventsReader does.
+const maxEventLine = 16 << 20
+
+// tailer follows ProxySQL's JSON events log as it grows. ProxySQL writes to
+// PATH.00000001 and moves to the next number when the file reaches
+// mysql-eventslog_filesize (or on PROXYSQL FLUSH LOGS); an operator may also
+// rotate by rename or truncate. The tailer starts at the end of the newest
+// file (history is `holdtime analyze`'s job), moves to a newer file once it
+// has read the current one to its end, and starts over when a file shrinks.
+// New lines are found by polling: ProxySQL gives no signal, and inotify
+// would not see a log on a network file system.
+type tailer struct {
+	path     string
+	poll     time.Duration
+	c        *Collector
+	target   string
+	sessions *proxysqlSessions
+
+	f       *os.File
+	name    string
+	off     int64
+	partial []byte
+	skip    bool // dropping the rest of an over-long line
+	buf     []byte
+	ev      Event
+	scratch []byte
+	bad     int
+}
+
+// newestEventsLog returns the file ProxySQL is writing: the highest
+// numbered PATH.NNNNNNNN, or PATH itself when there is none.
+func newestEventsLog(path string) (string, error) {
+	matches, _ := filepath.Glob(path + ".*")
+	var numbered []string
+	for _, m := range matches {
+		suffix := m[len(path)+1:]
+		if suffix != "" && isDigits(suffix) {
+			numbered = append(numbered, m)
+		}
+	}
+	if len(numbered) > 0 {
+		sort.Slice(numbered, func(i, j int) bool {
+			a, b := numbered[i][len(path)+1:], numbered[j][len(path)+1:]
+			if len(a) != len(b) {
+				return len(a) < len(b)
+			}
+			return a < b
+		})
+		return numbered[len(numbered)-1], nil
+	}
+	if _, err := os.Stat(path); err != nil {
+		return "", fmt.Errorf("events log %s: %w: check mysql-eventslog_filename and that this user can read the directory", filepath.Base(path), err)
+	}
+	return path, nil
+}
+
+func isDigits(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+func (t *tailer) run(ctx context.Context) {
+	defer t.closeFile()
+	t.buf = make([]byte, 256<<10)
+	first := true
+	backoff := time.Duration(0)
+	wait := time.NewTimer(0)
+	defer wait.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-wait.C:
+		}
+		err := t.step(first)
+		if err != nil {
+			t.c.st.failure(t.target, SourceProxySQLEvents)
+			if backoff == 0 {
+				t.c.cfg.Logger.Warn("events log unreadable: its figures are stale until it is back", "target", t.target, "err", err)
+			}
+			backoff = min(max(2*backoff, t.poll), t.c.cfg.MaxBackoff)
+			t.closeFile()
+			wait.Reset(backoff)
+			continue
+		}
+		first = false
+		backoff = 0
+		t.c.st.success(t.target, SourceProxySQLEvents)
+		wait.Reset(t.poll)
+	}
+}
+
+// step reads everything new, following rotation and truncation.
+func (t *tailer) step(first bool) error {
+	for {
+		if t.f == nil {
+			name, err := newestEventsLog(t.path)
+			if err != nil {
+				return err
+			}
+			if err := t.open(name, first); err != nil {
+				return err
+			}
+		}
+		if err := t.readToEOF(); err != nil {
+			return err
+		}
+		t.sessions.flushEvents()
+		switched, err := t.checkRotation()
+		if err != nil || !switched {
+			return err
+		}
+		first = false // a new file is read from its start
+	}
+}
+
+func (t *tailer) open(name string, atEnd bool) error {
+	f, err := os.Open(name)
+	if err != nil {
+		return fmt.Errorf("open events log: %w: check that this user can read it", err)
+	}
+	t.f, t.name, t.off, t.partial, t.skip = f, name, 0, t.partial[:0], false
+	if atEnd {
+		off, err := f.Seek(0, io.SeekEnd)
+		if err != nil {
+			f.Close()
+			t.f = nil
+			return fmt.Errorf("seek events log: %w", err)
+		}
+		t.off = off
+		if off > 0 {
+			// Start at the next whole line unless the file ends with one.
+			var last [1]byte
+			if _, err := f.ReadAt(last[:], off-1); err == nil && last[0] != '\n' {
+				t.skip = true
+			}
+		}
+	}
+	return nil
+}
+
+func (t *tailer) closeFile() {
+	if t.f != nil {
+		t.f.Close()
+		t.f = nil
+	}
+}
+
+// checkRotation reports whether the tailer moved to another file: a newer
+// numbered file, or a new file under the same name. A file that shrank was
+// truncated: it is read again from its start.
+func (t *tailer) checkRotation() (bool, error) {
+	newest, err := newestEventsLog(t.path)
+	if err == nil && newest != t.name {
+		t.closeFile()
+		return true, t.open(newest, false)
+	}
+	cur, err := t.f.Stat()
+	if err != nil {
+		return false, fmt.Errorf("stat events log: %w", err)
+	}
+	if byName, err := os.Stat(t.name); err == nil && !os.SameFile(cur, byName) {
+		t.closeFile()
+		return true, t.open(t.name, false)
+	}
+	if cur.Size() < t.off {
+		if _, err := t.f.Seek(0, io.SeekStart); err != nil {
+			return false, fmt.Errorf("seek events log: %w", err)
+		}
+		t.off, t.partial, t.skip = 0, t.partial[:0], false
+		return true, nil
+	}
+	return false, nil
+}
+
+// readToEOF feeds every complete new line to the session state machine.
+func (t *tailer) readToEOF() error {
+	for {
+		n, err := t.f.Read(t.buf)
+		if n > 0 {
+			t.off += int64(n)
+			t.feed(t.buf[:n])
+		}
+		if errors.Is(err, io.EOF) || n == 0 && err == nil {
+			t.c.st.malformed(t.target, SourceProxySQLEvents, t.bad)
+			t.bad = 0
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("read events log: %w", err)
+		}
+	}
+}
+
+func (t *tailer) feed(b []byte) {
+	t.sessions.mu.Lock()
+	defer t.sessions.mu.Unlock()
+	for len(b) > 0 {
+		i := bytes.IndexByte(b, '\n')
+		if i < 0 {
+			if t.skip {
+				return
+			}
+			if len(t.partial)+len(b) > maxEventLine {
+				t.bad++
+				t.skip, t.partial = true, t.partial[:0]
+				return
+			}
+			t.partial = append(t.partial, b...)
+			return
+		}
+		line := b[:i]
+		b = b[i+1:]
+		if t.skip {
+			t.skip = false
+			continue
+		}
+		if len(t.partial) > 0 {
+			t.partial = append(t.partial, line...)
+			line = t.partial
+		}
+		if len(bytes.TrimSpace(line)) > 0 {
+			if err := parseEvent(line, &t.ev, &t.scratch); err != nil {
+				t.bad++
+			} else {
+				t.sessions.attr.Add(&t.ev)
+			}
+		}
+		t.partial = t.partial[:0]
+	}
+}

@@ -1,0 +1,87 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/spf13/cobra"
+
+	"github.com/holdtime/holdtime/testenv"
+)
+
+// testenvUpCmd starts throwaway servers and keeps them until interrupted.
+type testenvUpCmd struct {
+	out      io.Writer
+	proxysql bool
+}
+
+func newTestenvCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "testenv",
+		Short: "Throwaway MySQL-compatible server (and ProxySQL) for trying holdtime",
+		Args:  cobra.NoArgs,
+	}
+	cmd.AddCommand(newTestenvUpCmd())
+	return cmd
+}
+
+func newTestenvUpCmd() *cobra.Command {
+	u := &testenvUpCmd{}
+	cmd := &cobra.Command{
+		Use:   "up",
+		Short: "Start a throwaway server, ProxySQL in front when installed, print their DSNs, stop on Ctrl-C",
+		Long: `up starts a throwaway MariaDB or MySQL server on a loopback port (performance_schema on),
+and ProxySQL in front of it when a proxysql binary is on PATH (query digests keep
+comments, extended processlist, JSON events log). It prints DSNs for the app, the
+server and ProxySQL's admin interface, waits until interrupted (Ctrl-C), then stops
+everything and removes its files. The credentials are throwaway and local.
+
+With HOLDTIME_MYSQL_DSN set, it uses that server instead of starting one.`,
+		Example: `  holdtime testenv up
+  holdtime testenv up --proxysql=false`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			u.out = cmd.OutOrStdout()
+			return u.run(cmd.Context())
+		},
+	}
+	cmd.Flags().BoolVar(&u.proxysql, "proxysql", true, "start ProxySQL in front of the server when a proxysql binary is on PATH")
+	return cmd
+}
+
+func (u *testenvUpCmd) run(ctx context.Context) error {
+	target, err := testenv.OpenTarget(ctx)
+	if err != nil {
+		return fmt.Errorf("start a throwaway server: %w", err)
+	}
+	defer target.Close()
+	if s := target.Server(); s != nil {
+		fmt.Fprintf(u.out, "mysql:          %s   # %s %s, socket %s\n", s.DSN(""), target.Flavor, target.Version, s.Socket)
+	} else {
+		// Not ours: never print the credentials of a server we did not start.
+		fmt.Fprintf(u.out, "mysql:          %s (from %s)   # %s %s\n", target.Redacted(), testenv.DSNEnv, target.Flavor, target.Version)
+	}
+	switch {
+	case !u.proxysql:
+	case !testenv.ProxySQLAvailable():
+		fmt.Fprintln(u.out, "proxysql:       not started (no proxysql binary on PATH)")
+	default:
+		p, err := testenv.StartProxySQL(ctx, testenv.ProxySQLOptions{Backend: target})
+		if err != nil {
+			if errors.Is(err, context.Canceled) {
+				return nil
+			}
+			return fmt.Errorf("start ProxySQL (or use --proxysql=false): %w", err)
+		}
+		defer p.Close()
+		fmt.Fprintf(u.out, "proxysql app:   %s\n", p.AppDSN())
+		fmt.Fprintf(u.out, "proxysql admin: %s\n", p.AdminDSN())
+		fmt.Fprintf(u.out, "events log:     %s.*\n", p.EventsLog)
+	}
+	fmt.Fprintln(u.out, "ready: press Ctrl-C to stop and remove everything")
+	<-ctx.Done()
+	fmt.Fprintln(u.out, "stopping")
+	return nil
+}

@@ -45,6 +45,7 @@ from ProxySQL and the MySQL server, or offline from ProxySQL's events log.`,
 		newVersionCmd(),
 		newDemoCmd(),
 		newAnalyzeCmd(),
+		newCollectCmd(),
 		newFlashsaleCmd(),
 		newTestenvCmd(),
 	} {

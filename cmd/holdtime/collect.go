@@ -1,0 +1,229 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/holdtime/holdtime/collector"
+)
+
+// defaultCollectListen is loopback: /metrics and /api/v1/top show tag names
+// and server addresses, so exposing them is the operator's choice.
+const defaultCollectListen = "127.0.0.1:9479"
+
+// collectCmd runs the collector daemon.
+type collectCmd struct {
+	out, errOut io.Writer
+
+	listen         string
+	proxysql       []string // NAME=DSN
+	eventsLogs     []string // NAME=PATH
+	mysql          []string // NAME=DSN
+	otlp           bool
+	otlpListen     string
+	otlpTarget     string
+	plInterval     time.Duration
+	digestInterval time.Duration
+	poolInterval   time.Duration
+	mysqlInterval  time.Duration
+	maxTags        int
+	record         string
+	timeout        time.Duration
+}
+
+func newCollectCmd() *cobra.Command {
+	c := &collectCmd{}
+	cmd := &cobra.Command{
+		Use:   "collect",
+		Short: "Run the collector: per-tag connection hold from ProxySQL, the MySQL server and app spans",
+		Long: `collect polls ProxySQL admin interfaces and MySQL/MariaDB servers, tails ProxySQL's
+events log and receives conntag's spans over OTLP/HTTP, and serves per-tag
+connection occupancy on /metrics (Prometheus), /api/v1/top (JSON), /healthz and
+/readyz. Each source is optional and fails on its own.
+
+Every flag has an environment variable (HOLDTIME_ + the flag in upper case,
+dashes as underscores); repeatable flags take several values separated by ';'
+in the variable. DSNs are go-sql-driver/mysql DSNs and never appear in output.
+The listen address defaults to ` + defaultCollectListen + ` (loopback only).`,
+		Example: `  holdtime collect --proxysql px1='admin:admin@tcp(127.0.0.1:6032)/' \
+      --proxysql-events-log px1=/var/lib/proxysql/events.log
+  HOLDTIME_MYSQL='db1=monitor:secret@tcp(db1:3306)/' holdtime collect --otlp
+  holdtime collect --proxysql px1='admin:admin@tcp(127.0.0.1:6032)/' --record ./rec`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c.out, c.errOut = cmd.OutOrStdout(), cmd.ErrOrStderr()
+			if err := c.fromEnv(cmd); err != nil {
+				return err
+			}
+			return c.run(cmd.Context())
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&c.listen, "listen", defaultCollectListen, "address to serve /metrics, /api/v1/top, /healthz, /readyz (and /v1/traces with --otlp)")
+	f.StringArrayVar(&c.proxysql, "proxysql", nil, "ProxySQL admin interface as NAME=DSN (repeatable); NAME is the target label")
+	f.StringArrayVar(&c.eventsLogs, "proxysql-events-log", nil, "JSON events log of a ProxySQL target as NAME=PATH (repeatable)")
+	f.StringArrayVar(&c.mysql, "mysql", nil, "MySQL/MariaDB server as NAME=DSN (repeatable)")
+	f.BoolVar(&c.otlp, "otlp", false, "receive conntag's spans over OTLP/HTTP at /v1/traces")
+	f.StringVar(&c.otlpListen, "otlp-listen", "", "also serve /v1/traces on this address (the OTLP/HTTP port is 4318); implies --otlp")
+	f.StringVar(&c.otlpTarget, "otlp-target", "app", "target label of app-side figures")
+	f.DurationVar(&c.plInterval, "proxysql-processlist-interval", 250*time.Millisecond, "stats_mysql_processlist sample interval")
+	f.DurationVar(&c.digestInterval, "proxysql-digest-interval", 10*time.Second, "stats_mysql_query_digest poll interval (negative: off)")
+	f.DurationVar(&c.poolInterval, "proxysql-pool-interval", 5*time.Second, "stats_mysql_connection_pool and stats_mysql_global poll interval")
+	f.DurationVar(&c.mysqlInterval, "mysql-interval", time.Second, "MySQL server poll interval (at least 200ms)")
+	f.IntVar(&c.maxTags, "max-tags", 1000, "distinct tags per target and source; more go to conn_tag=\"overflow\"")
+	f.StringVar(&c.record, "record", "", "write polled processlist samples and stats tables to this directory (see collector/RECORDING.md)")
+	f.DurationVar(&c.timeout, "timeout", 5*time.Second, "bound of one poll, connecting included")
+	return cmd
+}
+
+// fromEnv fills flags not given on the command line from HOLDTIME_*.
+func (c *collectCmd) fromEnv(cmd *cobra.Command) error {
+	var errs []error
+	cmd.Flags().VisitAll(func(fl *pflag.Flag) {
+		if fl.Changed {
+			return
+		}
+		name := "HOLDTIME_" + strings.ToUpper(strings.ReplaceAll(fl.Name, "-", "_"))
+		v, ok := os.LookupEnv(name)
+		if !ok {
+			return
+		}
+		if fl.Value.Type() == "stringArray" {
+			for _, part := range strings.Split(v, ";") {
+				if part = strings.TrimSpace(part); part != "" {
+					if err := fl.Value.Set(part); err != nil {
+						errs = append(errs, fmt.Errorf("%s: %w", name, err))
+					}
+				}
+			}
+			return
+		}
+		if err := fl.Value.Set(v); err != nil {
+			// The value may be a DSN: name the variable, not the value.
+			errs = append(errs, fmt.Errorf("%s: not a valid %s", name, fl.Value.Type()))
+		}
+	})
+	return errors.Join(errs...)
+}
+
+// splitNamed splits NAME=VALUE without echoing VALUE (it may be a DSN).
+func splitNamed(flag, v string) (string, string, error) {
+	name, value, ok := strings.Cut(v, "=")
+	if !ok || name == "" || value == "" || strings.ContainsAny(name, "@:/(") {
+		return "", "", fmt.Errorf("--%s wants NAME=VALUE (e.g. px1=admin:pass@tcp(host:6032)/); the value given has no NAME= in front", flag)
+	}
+	return name, value, nil
+}
+
+// config validates the options and builds the collector's config.
+func (c *collectCmd) config(reg *prometheus.Registry, logger *slog.Logger) (collector.Config, error) {
+	cfg := collector.Config{
+		MaxTags: c.maxTags, Registerer: reg, Gatherer: reg, Logger: logger, RecordDir: c.record, Timeout: c.timeout,
+		OTLP: collector.OTLPConfig{Enabled: c.otlp || c.otlpListen != "", Target: c.otlpTarget},
+	}
+	if c.maxTags <= 0 {
+		return cfg, errors.New("--max-tags must be positive")
+	}
+	if c.plInterval <= 0 || c.poolInterval <= 0 || c.timeout <= 0 {
+		return cfg, errors.New("--proxysql-processlist-interval, --proxysql-pool-interval and --timeout must be positive")
+	}
+	logs := map[string]string{}
+	for _, v := range c.eventsLogs {
+		name, path, err := splitNamed("proxysql-events-log", v)
+		if err != nil {
+			return cfg, err
+		}
+		logs[name] = path
+	}
+	for _, v := range c.proxysql {
+		name, dsn, err := splitNamed("proxysql", v)
+		if err != nil {
+			return cfg, err
+		}
+		cfg.ProxySQL = append(cfg.ProxySQL, collector.ProxySQLConfig{Name: name, DSN: dsn, EventsLog: logs[name],
+			ProcesslistInterval: c.plInterval, DigestInterval: c.digestInterval, PoolInterval: c.poolInterval})
+		delete(logs, name)
+	}
+	for name := range logs {
+		return cfg, fmt.Errorf("--proxysql-events-log %s=...: no --proxysql %s=DSN to attach it to", name, name)
+	}
+	for _, v := range c.mysql {
+		name, dsn, err := splitNamed("mysql", v)
+		if err != nil {
+			return cfg, err
+		}
+		cfg.MySQL = append(cfg.MySQL, collector.MySQLConfig{Name: name, DSN: dsn, Interval: c.mysqlInterval})
+	}
+	return cfg, nil
+}
+
+func (c *collectCmd) run(ctx context.Context) error {
+	logger := slog.New(slog.NewTextHandler(c.errOut, nil))
+	reg := prometheus.NewRegistry()
+	cfg, err := c.config(reg, logger)
+	if err != nil {
+		return err
+	}
+	col, err := collector.New(cfg)
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", c.listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w: pick a free address with --listen", c.listen, err)
+	}
+	servers := []*http.Server{{Handler: col.Handler(), ReadHeaderTimeout: 10 * time.Second}}
+	listeners := []net.Listener{ln}
+	if c.otlpListen != "" {
+		oln, err := net.Listen("tcp", c.otlpListen)
+		if err != nil {
+			ln.Close()
+			return fmt.Errorf("listen on %s: %w: pick a free address with --otlp-listen", c.otlpListen, err)
+		}
+		mux := http.NewServeMux()
+		mux.Handle("/v1/traces", col.Handler())
+		servers = append(servers, &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second})
+		listeners = append(listeners, oln)
+	}
+	fmt.Fprintf(c.out, "holdtime collect: serving on http://%s (/metrics, /api/v1/top, /healthz, /readyz)\n", ln.Addr())
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	serveErr := make(chan error, len(servers))
+	for i, s := range servers {
+		go func() { serveErr <- s.Serve(listeners[i]) }()
+	}
+	runErr := make(chan error, 1)
+	go func() { runErr <- col.Run(ctx) }()
+	var firstErr error
+	select {
+	case <-ctx.Done():
+	case err := <-serveErr:
+		firstErr = fmt.Errorf("serve: %w", err)
+		cancel()
+	}
+	shutdownCtx, stop := context.WithTimeout(context.Background(), 5*time.Second)
+	defer stop()
+	for _, s := range servers {
+		s.Shutdown(shutdownCtx)
+	}
+	if err := <-runErr; err != nil && firstErr == nil {
+		firstErr = fmt.Errorf("close sources: %w", err)
+	}
+	if firstErr != nil {
+		return firstErr
+	}
+	fmt.Fprintln(c.out, "holdtime collect: stopped")
+	return nil
+}

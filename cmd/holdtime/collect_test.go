@@ -1,0 +1,120 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+func TestCollectRejectsBadOptionsWithoutEchoingDSN(t *testing.T) {
+	for _, args := range [][]string{
+		{"collect"}, // no source
+		{"collect", "--proxysql", "admin:s3cretpw@tcp(127.0.0.1:6032)/"},
+		{"collect", "--mysql", "db=admin:s3cretpw@tcp(127.0.0.1:3306/"},
+		{"collect", "--mysql", "db=admin:s3cretpw@tcp(127.0.0.1:3306)/", "--mysql-interval", "50ms"},
+		{"collect", "--otlp", "--max-tags", "0"},
+	} {
+		code, out, errOut := runCLI(t, args...)
+		if code == 0 {
+			t.Errorf("%v: exit 0", args)
+		}
+		if strings.Contains(out+errOut, "s3cretpw") {
+			t.Errorf("%v: the password is in the output: %s", args, errOut)
+		}
+		t.Logf("%v: %s", args, strings.TrimSpace(errOut))
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for the server goroutine and the test.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestCollectServesAndStops runs the command with a source that is down
+// (nothing listens at its address) and the OTLP receiver, reads the
+// endpoints, and stops it the way SIGTERM does: by cancelling the context.
+func TestCollectServesAndStops(t *testing.T) {
+	dead, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadAddr := dead.Addr().String()
+	dead.Close()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	t.Setenv("HOLDTIME_PROXYSQL", "px1=admin:s3cretpw@tcp("+deadAddr+")/")
+	ctx, cancel := context.WithCancel(context.Background())
+	var out, errOut syncBuffer
+	done := make(chan int)
+	go func() {
+		done <- run(ctx, []string{"collect", "--listen", addr, "--otlp", "--timeout", "500ms"}, &out, &errOut)
+	}()
+	get := func(path string) (int, string) {
+		for i := 0; i < 100; i++ { // bounded: the server starts within a moment
+			resp, err := http.Get("http://" + addr + path)
+			if err != nil {
+				time.Sleep(20 * time.Millisecond) // the listener's start is not signalled to the test
+				continue
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			return resp.StatusCode, string(b)
+		}
+		t.Fatalf("GET %s: server never answered", path)
+		return 0, ""
+	}
+	if code, body := get("/healthz"); code != 200 {
+		t.Errorf("/healthz: %d %s", code, body)
+	}
+	if code, body := get("/api/v1/top?window=10s"); code != 200 || !strings.Contains(body, `"rows"`) {
+		t.Errorf("/api/v1/top: %d %s", code, body)
+	}
+	var metrics string
+	for i := 0; i < 100; i++ { // until the first failed poll marked the source down
+		_, metrics = get("/metrics")
+		if strings.Contains(metrics, `holdtime_source_up{source="proxysql_processlist",target="px1"} 0`) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond) // polls are internal to the daemon
+	}
+	if !strings.Contains(metrics, `holdtime_source_up{source="proxysql_processlist",target="px1"} 0`) {
+		t.Errorf("down source not reported:\n%s", metrics)
+	}
+	if code, _ := get("/readyz"); code != http.StatusServiceUnavailable {
+		t.Errorf("/readyz with a source down: %d", code)
+	}
+	cancel()
+	if code := <-done; code != 0 {
+		t.Errorf("exit %d after cancel: %s", code, errOut.String())
+	}
+	all := out.String() + errOut.String() + metrics
+	if strings.Contains(all, "s3cretpw") {
+		t.Errorf("the password leaked:\n%s", all)
+	}
+	if !strings.Contains(errOut.String(), "source down") {
+		t.Errorf("no log line for the down source: %s", errOut.String())
+	}
+}

@@ -19,8 +19,8 @@ import (
 // counter baseline and a hand-written minimal SKIP LOCKED loop doing the same
 // statements, so results read as ratios (reserves/s). Every case goes
 // through conntag. On a shared machine the SKIP LOCKED cases are CPU-bound
-// and the counter is lock-bound, so neighbours' load moves the ratios: run
-// several rounds (-count interleaves them) and compare within a round.
+// and the counter is lock-bound, so neighbours' load moves the ratios:
+// repeat each case (-count) and compare medians.
 //
 //	go test -run '^$' -bench BenchmarkHotItem -benchtime 2000x -count 3 ./reservation/
 func BenchmarkHotItem(b *testing.B) {

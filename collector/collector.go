@@ -214,6 +214,9 @@ func parseDSN(dsn string, timeout time.Duration) (*mysql.Config, error) {
 	mc.Timeout = cmp.Or(mc.Timeout, timeout)
 	mc.ReadTimeout = cmp.Or(mc.ReadTimeout, timeout)
 	mc.WriteTimeout = cmp.Or(mc.WriteTimeout, timeout)
+	// The driver's default logger is process-global stderr; failures are
+	// reported once per outage through Config.Logger instead.
+	mc.Logger = &mysql.NopLogger{}
 	return mc, nil
 }
 

@@ -27,4 +27,102 @@
 //     and render them as a table, Markdown or JSON.
 //
 // Times are Unix microseconds, as in the events log.
+//
+// # The collector daemon
+//
+// New(Config) returns a Collector; Run(ctx) polls its sources until ctx
+// ends; Top(window) ranks tags by occupancy; Handler serves /metrics,
+// /api/v1/top, /healthz, /readyz and (OTLP on) /v1/traces. `holdtime
+// collect` is a thin front end; `holdtime top` and the demo can use the same
+// API in-process.
+//
+// Sources, each optional, each on its own interval, each marked down on
+// failure (its gauges disappear: stale, never zero) and retried with
+// exponential backoff (100 ms doubling to Config.MaxBackoff, jittered):
+//
+//   - ProxySQL admin (Config.ProxySQL, one per instance, the `target`
+//     label): stats_mysql_processlist sampled every 250 ms by default. Each
+//     row holding a backend (srv_host set) is credited with the time to the
+//     next sample by the collector's own clock (never time_ms, which lags),
+//     under the tag of its running statement, else the tag the session last
+//     showed (SampleAttributor), else the events log's (by thread_id =
+//     SessionID), else an app span's (holdtime.session_id). Sampled hold a
+//     session could not tag waits ProxySQLConfig.TagGrace for one of those
+//     and is then reported as UnknownTag, never dropped. Pins: a session idle
+//     with a backend counts as pinned under one reason from extended_info
+//     (mysql-show_processlist_extended): transaction, lock_tables, get_lock,
+//     temporary_table, user_variable, prepared_statement,
+//     auto_increment_delay, savepoint, found_rows, no_multiplex,
+//     multiplexing_disabled, none_shown; "unknown" without extended info.
+//     One query per sample.
+//   - stats_mysql_query_digest every 10 s: per-tag statements and statement
+//     time from deltas between polls. The first poll is a baseline; a
+//     digest whose count fell or whose first_seen changed was reset and
+//     counts whole. The tag comes from digest_text, which keeps comments
+//     only with mysql-query_digests_keep_comment=true (read every poll); when
+//     comments are stripped every digest figure goes to "unknown", since
+//     claiming "untagged" would be false. Digests are a cross-check: BEGIN
+//     and COMMIT (sent untagged by drivers) land in "untagged", and ProxySQL
+//     2.7 rarely files a statement under another tag. Two queries per poll.
+//   - stats_mysql_connection_pool and stats_mysql_global every 5 s (source
+//     "proxysql_pool" in holdtime_source_up). Two queries per poll.
+//   - The JSON events log (ProxySQLConfig.EventsLog), tailed from its end:
+//     exact holds per tag through the Attributor, source "proxysql_events",
+//     the headline figure when present. It follows ProxySQL's numbered
+//     files, rename rotation and truncation (a truncation that is refilled
+//     beyond the read offset between two checks is not seen).
+//   - MySQL/MariaDB (Config.MySQL): every second, three queries: PROCESSLIST
+//     joined to INNODB_TRX, performance_schema.events_statements_history
+//     (the last statements of each session: tags of idle transactions,
+//     statements, errors), and lock waits (MariaDB:
+//     information_schema.INNODB_LOCK_WAITS; MySQL 8.0:
+//     performance_schema.data_lock_waits, chosen by VERSION()). A session
+//     holds its server connection while a statement runs or a transaction is
+//     open; hold is integrated over polls. Polls must be at least
+//     MinServerInterval apart: InnoDB freezes INNODB_TRX when read more
+//     often than every 100 ms.
+//   - OTLP/HTTP (Config.OTLP): conntag's db.connection.hold spans (hold,
+//     active, idle per tag, app side) and statement spans (statements,
+//     errors), protobuf or JSON, source "otlp", target OTLPConfig.Target.
+//
+// Memory: per (target, source) at most Config.MaxTags tags (further ones go
+// to OverflowTag, counted), about 3 KiB each for the 10 s/1 m/5 m windows;
+// session state follows live sessions.
+//
+// # Metrics
+//
+// Labels: target (the configured instance name), source (proxysql_processlist,
+// proxysql_events, proxysql_digest, mysql, otlp; proxysql_pool for source
+// health only), conn_tag.
+//
+//   - holdtime_collector_hold_seconds_total{target,source,conn_tag}: connection
+//     hold; rate() is occupancy.
+//   - holdtime_collector_idle_hold_seconds_total{target,source,conn_tag}: hold
+//     with no statement running.
+//   - holdtime_collector_active_seconds_total{target,source,conn_tag}: time in
+//     statements (digest: sum_time).
+//   - holdtime_collector_statements_total{target,source,conn_tag},
+//     holdtime_collector_statement_errors_total{target,source,conn_tag}.
+//   - holdtime_collector_sessions{target,source,conn_tag}: sessions holding a
+//     backend (ProxySQL) or server connection (MySQL) now.
+//   - holdtime_collector_pinned_sessions{target,conn_tag,reason},
+//     holdtime_collector_pinned_seconds_total{target,conn_tag,reason}.
+//   - holdtime_proxysql_pool_connections{target,hostgroup,server,state}
+//     (state=used|free), holdtime_proxysql_pool_connection_errors_total,
+//     holdtime_proxysql_pool_queries_total (ProxySQL's own counters),
+//     holdtime_proxysql_pool_latency_seconds{target,hostgroup,server}.
+//   - Added: holdtime_proxysql_client_connections{target},
+//     holdtime_proxysql_active_transactions{target},
+//     holdtime_proxysql_connpool_get_failures_total{target} from
+//     stats_mysql_global: pool saturation seen from the client side.
+//   - holdtime_mysql_transactions{target,conn_tag},
+//     holdtime_mysql_transaction_max_age_seconds{target,conn_tag},
+//     holdtime_mysql_rows_locked{target,conn_tag},
+//     holdtime_mysql_lock_waits{target,waiter_tag,blocker_tag}.
+//   - holdtime_source_up{target,source},
+//     holdtime_source_last_success_timestamp_seconds{target,source},
+//     holdtime_collector_tags_overflow_total{target,source},
+//     holdtime_collector_malformed_rows_total{target,source}.
+//
+// DSNs and passwords never appear in errors, logs, metrics or the API.
 package collector

@@ -46,6 +46,7 @@ from ProxySQL and the MySQL server, or offline from ProxySQL's events log.`,
 		newDemoCmd(),
 		newAnalyzeCmd(),
 		newCollectCmd(),
+		newDashboardsCmd(),
 		newFlashsaleCmd(),
 		newTestenvCmd(),
 	} {

@@ -313,3 +313,30 @@ func FuzzParsePoolRow(f *testing.F) {
 		parseGlobal([][]sql.NullString{v[:2], v})
 	})
 }
+
+func TestStatsRecordingRoundTrip(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "px", "stats_mysql_global.tsv")
+	r, err := newTableRecorder(path, "stats_mysql_global")
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := time.Date(2026, 12, 2, 8, 0, 0, 123456000, time.UTC)
+	cols := []string{"Variable_Name", "Variable_Value"}
+	rows := [][]sql.NullString{{{String: "a\tb", Valid: true}, {}}, {{String: "NULL", Valid: true}, {String: "1", Valid: true}}}
+	if err := r.write(at, cols, rows); err != nil {
+		t.Fatal(err)
+	}
+	// A column change writes a new header.
+	if err := r.write(at.Add(time.Second), cols[:1], [][]sql.NullString{{{String: "x", Valid: true}}}); err != nil {
+		t.Fatal(err)
+	}
+	r.close()
+	rec, err := ReadStatsRecording(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.Table != "stats_mysql_global" || len(rec.Rows) != 3 || len(rec.Columns) != 1 || rec.Rows[0].Values[0].String != "a\tb" ||
+		rec.Rows[0].Values[1].Valid || rec.Rows[1].Values[0].String != "NULL" || !rec.Rows[0].SampleTime.Equal(at) {
+		t.Errorf("round trip: %+v", rec)
+	}
+}

@@ -249,11 +249,15 @@ func New(cfg Config) (*Collector, error) {
 			return nil, fmt.Errorf("create record directory: %w: check the path and permissions", err)
 		}
 	}
+	// Each target's main source is known (and down) from the start, so
+	// that Ready means "every target has answered", not "nothing has run".
 	for _, p := range cfg.ProxySQL {
 		c.proxies = append(c.proxies, newProxySQLTarget(c, p))
+		c.st.register(p.Name, SourceProxySQLProcesslist)
 	}
 	for _, m := range cfg.MySQL {
 		c.mysqls = append(c.mysqls, newMySQLTarget(c, m))
+		c.st.register(m.Name, SourceMySQL)
 	}
 	if cfg.OTLP.Enabled {
 		c.otlp = &otlpReceiver{c: c, target: cfg.OTLP.Target, maxBody: cfg.OTLP.MaxBodyBytes}

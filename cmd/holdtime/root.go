@@ -44,6 +44,7 @@ from ProxySQL and the MySQL server, or offline from ProxySQL's events log.`,
 	for _, c := range []*cobra.Command{
 		newVersionCmd(),
 		newDemoCmd(),
+		newTopCmd(),
 		newAnalyzeCmd(),
 		newCollectCmd(),
 		newDashboardsCmd(),

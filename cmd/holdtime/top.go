@@ -1,0 +1,313 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"regexp"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/holdtime/holdtime/collector"
+)
+
+// topCmd shows the tags that keep connections busy, refreshed like top.
+type topCmd struct {
+	out io.Writer
+
+	collectorURL string
+	proxysqlDSNs []string
+	mysqlDSNs    []string
+	interval     time.Duration
+	timeout      time.Duration
+	window       string
+	sortKey      string
+	filter       string
+	limit        int
+	once         bool
+	jsonOut      bool
+	color        string
+
+	filterRe *regexp.Regexp
+}
+
+var topSortKeys = []string{"occupancy", "hold", "idle", "active", "statements", "sessions", "pins", "tag"}
+
+func newTopCmd() *cobra.Command {
+	t := &topCmd{}
+	cmd := &cobra.Command{
+		Use:   "top",
+		Short: "Live view of the tags that keep database connections busy",
+		Long: `top ranks tags by occupancy: hold-seconds per second, the number of connections a
+tag keeps busy on average over the window. Next to it: the share of that hold spent
+idle (a borrowed connection doing nothing), active seconds, statements per second,
+sessions holding a connection now, ProxySQL multiplexing pins, and the source of the
+figures (proxysql_events, proxysql_processlist, mysql, otlp).
+
+It reads a running collector (--collector http://127.0.0.1:9479), or polls ProxySQL's
+admin interface and/or MySQL directly with no daemon (--proxysql, --mysql).
+Wait time per tag is not shown: no source can see it per tag (see conntag's docs).`,
+		Example: `  holdtime top --collector http://127.0.0.1:9479
+  holdtime top --mysql 'monitor:secret@tcp(db:3306)/' --window 10s
+  holdtime top --proxysql 'admin:admin@tcp(127.0.0.1:6032)/' --once --json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			t.out = cmd.OutOrStdout()
+			if err := t.validate(); err != nil {
+				return err
+			}
+			return t.run(cmd.Context())
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&t.collectorURL, "collector", os.Getenv("HOLDTIME_COLLECTOR"), "URL of a running collector (env HOLDTIME_COLLECTOR)")
+	f.StringArrayVar(&t.proxysqlDSNs, "proxysql", nil, "ProxySQL admin DSN to poll directly, user:pass@tcp(host:6032)/ (repeatable)")
+	f.StringArrayVar(&t.mysqlDSNs, "mysql", nil, "MySQL/MariaDB DSN to poll directly (repeatable)")
+	f.DurationVar(&t.interval, "interval", time.Second, "refresh interval")
+	f.DurationVar(&t.timeout, "timeout", 10*time.Second, "how long to wait for the first answer of each source polled directly")
+	f.StringVar(&t.window, "window", "1m", "window of the figures: 10s, 1m or 5m")
+	f.StringVar(&t.sortKey, "sort", "occupancy", "sort key: "+strings.Join(topSortKeys, ", "))
+	f.StringVar(&t.filter, "filter", "", "show only tags matching this regular expression")
+	f.IntVar(&t.limit, "limit", 0, "show at most this many tags (0: as many as fit, all with --once)")
+	f.BoolVar(&t.once, "once", false, "print one table and exit")
+	f.BoolVar(&t.jsonOut, "json", false, "print JSON (one document per refresh)")
+	f.StringVar(&t.color, "color", "auto", "colour: auto (on a terminal), always, never")
+	return cmd
+}
+
+func (t *topCmd) validate() error {
+	sources := 0
+	if t.collectorURL != "" {
+		sources++
+		u, err := url.Parse(t.collectorURL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("--collector %q is not an http(s) URL such as http://127.0.0.1:9479", t.collectorURL)
+		}
+	}
+	if len(t.proxysqlDSNs)+len(t.mysqlDSNs) > 0 {
+		sources++
+	}
+	switch {
+	case sources == 0:
+		return errors.New("nothing to watch: give --collector URL, or --proxysql/--mysql DSNs to poll directly")
+	case sources > 1:
+		return errors.New("give either --collector or --proxysql/--mysql, not both")
+	}
+	if _, ok := map[string]bool{"10s": true, "1m": true, "5m": true}[t.window]; !ok {
+		return fmt.Errorf("--window %q: use 10s, 1m or 5m", t.window)
+	}
+	if !slices.Contains(topSortKeys, t.sortKey) {
+		return fmt.Errorf("--sort %q: use one of %s", t.sortKey, strings.Join(topSortKeys, ", "))
+	}
+	if t.interval < 100*time.Millisecond {
+		return fmt.Errorf("--interval %v: use at least 100ms", t.interval)
+	}
+	if t.color != "auto" && t.color != "always" && t.color != "never" {
+		return fmt.Errorf("--color %q: use auto, always or never", t.color)
+	}
+	if t.filter != "" {
+		re, err := regexp.Compile(t.filter)
+		if err != nil {
+			return fmt.Errorf("--filter: %w", err)
+		}
+		t.filterRe = re
+	}
+	return nil
+}
+
+// topSource yields the current ranking and the state of its sources.
+type topSource interface {
+	top(ctx context.Context, window string) (collector.TopResponse, error)
+}
+
+func (t *topCmd) run(ctx context.Context) error {
+	var src topSource
+	if t.collectorURL != "" {
+		src = &httpTop{base: strings.TrimRight(t.collectorURL, "/"), client: &http.Client{Timeout: 5 * time.Second}}
+	} else {
+		local, err := startLocalTop(ctx, t.proxysqlDSNs, t.mysqlDSNs, t.timeout)
+		if err != nil {
+			return err
+		}
+		defer local.stop()
+		src = local
+		// A direct poll has nothing to show until its first samples; a
+		// single table gathers for one interval first.
+		if err := local.waitFirstPoll(ctx, t.timeout); err != nil {
+			return err
+		}
+		if t.once {
+			select {
+			case <-time.After(t.interval):
+			case <-ctx.Done():
+				return nil
+			}
+		}
+	}
+	term := isTerminal(t.out)
+	color := t.color == "always" || t.color == "auto" && term
+	live := term && !t.once && !t.jsonOut
+	if live {
+		fmt.Fprint(t.out, "\x1b[?1049h\x1b[?25l") // alternate screen, hide cursor
+		defer fmt.Fprint(t.out, "\x1b[?25h\x1b[?1049l")
+	}
+	tick := time.NewTicker(t.interval)
+	defer tick.Stop()
+	for {
+		resp, err := src.top(ctx, t.window)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		resp.Rows = t.arrange(resp.Rows)
+		resp.Window, resp.Sort = t.window, t.sortKey
+		if live {
+			fmt.Fprint(t.out, "\x1b[H\x1b[2J")
+		}
+		if t.jsonOut {
+			if err := json.NewEncoder(t.out).Encode(resp); err != nil {
+				return err
+			}
+		} else if err := t.render(resp, color); err != nil {
+			return err
+		}
+		if t.once {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil // Ctrl-C is how top ends
+		case <-tick.C:
+		}
+	}
+}
+
+// arrange filters, sorts and cuts the rows.
+func (t *topCmd) arrange(rows []collector.TopRow) []collector.TopRow {
+	if t.filterRe != nil {
+		rows = slices.DeleteFunc(rows, func(r collector.TopRow) bool { return !t.filterRe.MatchString(r.Tag) })
+	}
+	key := func(r *collector.TopRow) float64 {
+		switch t.sortKey {
+		case "hold":
+			return r.HoldSeconds
+		case "idle":
+			return r.IdleShare
+		case "active":
+			return r.ActiveSeconds
+		case "statements":
+			return r.Statements
+		case "sessions":
+			return float64(r.Sessions)
+		case "pins":
+			return float64(r.PinnedSessions)
+		}
+		return r.Occupancy
+	}
+	slices.SortStableFunc(rows, func(a, b collector.TopRow) int {
+		if t.sortKey == "tag" {
+			return strings.Compare(a.Tag, b.Tag)
+		}
+		ka, kb := key(&a), key(&b)
+		switch {
+		case ka > kb:
+			return -1
+		case ka < kb:
+			return 1
+		}
+		return strings.Compare(a.Tag, b.Tag)
+	})
+	if t.limit > 0 && len(rows) > t.limit {
+		rows = rows[:t.limit]
+	}
+	return rows
+}
+
+func (t *topCmd) render(resp collector.TopResponse, color bool) error {
+	rows := resp.Rows
+	secs := map[string]float64{"10s": 10, "1m": 60, "5m": 300}[t.window]
+	var sources []string
+	for _, s := range resp.Sources {
+		state := "up"
+		if !s.Up {
+			state = "DOWN"
+			if color {
+				state = "\x1b[31mDOWN\x1b[0m"
+			}
+		}
+		sources = append(sources, s.Target+"/"+string(s.Source)+" "+state)
+	}
+	fmt.Fprintf(t.out, "holdtime top  window %s  sorted by %s  %d tags  %s\nsources: %s\n", t.window, t.sortKey, len(rows),
+		time.Now().Format("15:04:05"), strings.Join(sources, ", "))
+	tw := tabwriter.NewWriter(t.out, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "TAG\tOCCUPANCY\tIDLE\tHOLD s\tACTIVE s\tSTMT/s\tSESSIONS\tPINS\tSOURCE\t")
+	for i, r := range rows {
+		tag := r.Tag
+		source := string(r.Source)
+		if r.Stale {
+			source += " (stale)"
+		}
+		idle := fmt.Sprintf("%.0f%%", 100*r.IdleShare)
+		if color && r.IdleShare >= 0.5 && r.Occupancy >= 0.1 {
+			idle = "\x1b[31m" + idle + "\x1b[0m" // mostly idle while held: the waste
+		}
+		if color && i == 0 {
+			tag = "\x1b[1m" + tag + "\x1b[0m"
+		}
+		fmt.Fprintf(tw, "%s\t%.2f\t%s\t%.1f\t%.1f\t%.1f\t%d\t%d\t%s\t\n", tag, r.Occupancy, idle, r.HoldSeconds,
+			r.ActiveSeconds, r.Statements/secs, r.Sessions, r.PinnedSessions, source)
+	}
+	if len(rows) == 0 {
+		fmt.Fprintln(tw, "(no tag has held a connection in the window)\t\t\t\t\t\t\t\t\t")
+	}
+	return tw.Flush()
+}
+
+// httpTop reads a running collector's /api/v1/top.
+type httpTop struct {
+	base   string
+	client *http.Client
+}
+
+func (h *httpTop) top(ctx context.Context, window string) (collector.TopResponse, error) {
+	var doc collector.TopResponse
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, h.base+"/api/v1/top?window="+url.QueryEscape(window), nil)
+	if err != nil {
+		return doc, err
+	}
+	resp, err := h.client.Do(req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return doc, ctx.Err()
+		}
+		return doc, fmt.Errorf("cannot reach the collector at %s: is `holdtime collect` running there? (%v)", h.base, unwrapURLError(err))
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return doc, fmt.Errorf("collector at %s answered %s: %s", h.base, resp.Status, strings.TrimSpace(string(body)))
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&doc); err != nil {
+		return doc, fmt.Errorf("collector at %s sent something that is not holdtime's /api/v1/top JSON: %v", h.base, err)
+	}
+	return doc, nil
+}
+
+func unwrapURLError(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err
+	}
+	return err
+}

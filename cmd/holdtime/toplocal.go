@@ -1,0 +1,103 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/holdtime/holdtime/collector"
+)
+
+// localTop runs a collector in-process for `top --proxysql/--mysql`.
+type localTop struct {
+	c      *collector.Collector
+	cancel context.CancelFunc
+	done   sync.WaitGroup
+}
+
+// targetName names a polled instance by address, never by credentials.
+func targetName(kind, dsn string) (string, error) {
+	cfg, err := mysql.ParseDSN(dsn)
+	if err != nil {
+		// The driver's message can quote the DSN: say what is wrong without it.
+		return "", fmt.Errorf("--%s: not a DSN of the form user:pass@tcp(host:port)/", kind)
+	}
+	name := strings.NewReplacer("[", "", "]", "").Replace(cfg.Addr)
+	if name == "" {
+		name = kind
+	}
+	return name, nil
+}
+
+func startLocalTop(ctx context.Context, proxysqlDSNs, mysqlDSNs []string, timeout time.Duration) (*localTop, error) {
+	cfg := collector.Config{Timeout: timeout}
+	for _, dsn := range proxysqlDSNs {
+		name, err := targetName("proxysql", dsn)
+		if err != nil {
+			return nil, err
+		}
+		cfg.ProxySQL = append(cfg.ProxySQL, collector.ProxySQLConfig{Name: name, DSN: dsn})
+	}
+	for _, dsn := range mysqlDSNs {
+		name, err := targetName("mysql", dsn)
+		if err != nil {
+			return nil, err
+		}
+		// top is interactive: poll faster than the daemon's default.
+		cfg.MySQL = append(cfg.MySQL, collector.MySQLConfig{Name: name, DSN: dsn, Interval: 250 * time.Millisecond})
+	}
+	c, err := collector.New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	l := &localTop{c: c, cancel: cancel}
+	l.done.Add(1)
+	go func() {
+		defer l.done.Done()
+		_ = c.Run(runCtx)
+	}()
+	return l, nil
+}
+
+// waitFirstPoll waits until every source has answered once, and says which
+// did not within timeout.
+func (l *localTop) waitFirstPoll(ctx context.Context, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		ok, down := l.c.Ready()
+		if ok {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("no answer from %s within %v: check the address and credentials (the account needs PROCESS and SELECT on performance_schema)",
+				strings.Join(down, ", "), timeout)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
+	}
+}
+
+func (l *localTop) top(_ context.Context, window string) (collector.TopResponse, error) {
+	w, err := time.ParseDuration(window)
+	if err != nil {
+		return collector.TopResponse{}, err
+	}
+	return collector.TopResponse{At: time.Now().UTC(), Rows: l.c.Top(w), Sources: l.c.Sources()}, nil
+}
+
+// stop ends the polling; errors closing connections after the user quit
+// are not worth a message.
+func (l *localTop) stop() {
+	l.cancel()
+	l.done.Wait()
+}

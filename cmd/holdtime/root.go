@@ -34,8 +34,8 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 		Long: `holdtime finds the business processes that keep database connections busy.
 
 Tag every statement with conntag (/* conn_tag:checkout_completion */), then see
-per tag how long connections are waited for, held, used and idly held: live
-from ProxySQL and the MySQL server, or offline from ProxySQL's events log.`,
+per tag how long connections are held, actively used and idly held: live from
+the app, ProxySQL and the MySQL server, or offline from ProxySQL's events log.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}

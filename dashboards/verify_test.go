@@ -294,7 +294,9 @@ func hostPort(t *testing.T, raw string) string {
 func workload(ctx context.Context, t *testing.T, db *sql.DB, mp *sdkmetric.MeterProvider) (stopLocks func()) {
 	t.Helper()
 	engine, err := reservation.New(db, reservation.Config{
-		MeterProvider: mp, RetryBudget: 200 * time.Millisecond,
+		// Generous: under load the buyers below contend with the hogs for a
+		// pool of 6; only the "contended" reserve is meant to run out.
+		MeterProvider: mp, RetryBudget: 2 * time.Second,
 		RefillInterval: 100 * time.Millisecond, ExpiryInterval: 100 * time.Millisecond,
 	})
 	if err != nil {

@@ -378,9 +378,7 @@ func (s *syncBuf) String() string {
 // down and its gauges go away; a killed connection is replaced.
 func TestServerRestart(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
-	if !testenv.Available() {
-		t.Skip("no MySQL/MariaDB server binary")
-	}
+	testenv.Require(t)
 	if os.Getenv(testenv.DSNEnv) != "" {
 		t.Skip("uses a private server; not with " + testenv.DSNEnv)
 	}

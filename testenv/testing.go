@@ -102,6 +102,22 @@ func SharedTarget() (*Target, error) {
 	return shared.target, shared.err
 }
 
+// Require skips the test when no server can be had (no binary installed and
+// no HOLDTIME_MYSQL_DSN), naming the install command, and fails it instead
+// under CI=true. Use it in tests that start a server of their own (through
+// StartMySQL or a command) rather than the shared one.
+func Require(tb testing.TB) {
+	tb.Helper()
+	if Available() {
+		return
+	}
+	msg := "no MySQL-compatible server: " + installHint
+	if os.Getenv("CI") == "true" {
+		tb.Fatal(msg)
+	}
+	tb.Skip(msg)
+}
+
 // Available reports whether a server can be had (HOLDTIME_MYSQL_DSN is set
 // or a supported binary is installed) without starting one.
 func Available() bool {

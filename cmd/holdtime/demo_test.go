@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"os"
 	"regexp"
 	"strconv"
 	"strings"
@@ -12,24 +11,11 @@ import (
 	"github.com/holdtime/holdtime/testenv"
 )
 
-// requireServer skips (or, under CI=true, fails) a test that starts its own
-// server through a command when none can be had, as testenv.Shared does.
-func requireServer(t *testing.T) {
-	t.Helper()
-	if testenv.Available() {
-		return
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatal("no MySQL-compatible server: install mariadb-server or set " + testenv.DSNEnv)
-	}
-	t.Skip("no MySQL-compatible server: install one with `sudo apt-get install -y mariadb-server` or set " + testenv.DSNEnv)
-}
-
 // TestDemoTellsTheStory runs the demo short: the hog is the top tag before
 // the fix, its occupancy falls after, and the sale's books balance (the
 // command fails otherwise).
 func TestDemoTellsTheStory(t *testing.T) {
-	requireServer(t)
+	testenv.Require(t)
 	var stdout, stderr bytes.Buffer
 	args := []string{"demo", "--duration", "6s", "--slow-call", "100ms", "--no-proxysql"}
 	if code := run(context.Background(), args, &stdout, &stderr); code != 0 {

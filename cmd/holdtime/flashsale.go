@@ -6,13 +6,19 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
 	"os"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
+	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
 	"github.com/holdtime/holdtime/reservation"
 	"github.com/holdtime/holdtime/reservation/flashsale"
@@ -39,6 +45,7 @@ type flashsaleCmd struct {
 	abandonTTL   time.Duration
 	txWork       time.Duration
 	duration     time.Duration
+	metricsAddr  string
 }
 
 // flashsaleStrategies are the strategies --compare runs, the engine first.
@@ -84,6 +91,7 @@ which it creates the engine's tables (inventory_*) and sells in a shop of its ow
 	fl.DurationVar(&f.abandonTTL, "abandon-ttl", time.Millisecond, "hold time of abandoned carts before they expire")
 	fl.DurationVar(&f.txWork, "tx-work", 0, "application work inside the reserve transaction, holding its locks")
 	fl.DurationVar(&f.duration, "duration", 0, "stop admitting buyers after this long (0: until every buyer is done)")
+	fl.StringVar(&f.metricsAddr, "metrics-listen", "", "serve the sale's app-side metrics (conntag, reservation engine) on this address at /metrics while it runs, e.g. 127.0.0.1:9480")
 	return cmd
 }
 
@@ -137,6 +145,14 @@ func (f *flashsaleCmd) run(ctx context.Context) error {
 	}
 	defer cleanup()
 	cfg.MySQL = mc
+	if f.metricsAddr != "" {
+		mp, stop, err := serveAppMetrics(ctx, f.metricsAddr)
+		if err != nil {
+			return err
+		}
+		defer stop()
+		cfg.MeterProvider = mp
+	}
 	if !f.jsonOut {
 		fmt.Fprintf(f.out, "flash sale on %s: %d buyers, %d at once, %d item(s) x %d location(s) x %d units\n\n",
 			where, f.buyers, f.concurrency, f.items, f.locations, f.stock)
@@ -306,4 +322,27 @@ func writeFlashsaleJSON(w io.Writer, where string, reports []flashsale.Report) e
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(doc)
+}
+
+// serveAppMetrics serves an OpenTelemetry MeterProvider's metrics in the
+// Prometheus format on addr at /metrics, until stop is called.
+func serveAppMetrics(ctx context.Context, addr string) (*sdkmetric.MeterProvider, func(), error) {
+	reg := prometheus.NewRegistry()
+	exporter, err := otelprom.New(otelprom.WithRegisterer(reg))
+	if err != nil {
+		return nil, nil, err
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--metrics-listen %s: %w", addr, err)
+	}
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exporter))
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go srv.Serve(ln)
+	return mp, func() {
+		srv.Shutdown(context.WithoutCancel(ctx))
+		mp.Shutdown(context.WithoutCancel(ctx))
+	}, nil
 }

@@ -16,9 +16,7 @@ import (
 )
 
 func TestTestenvUp(t *testing.T) {
-	if !testenv.Available() {
-		t.Skip("no MySQL-compatible server installed")
-	}
+	testenv.Require(t)
 	started := os.Getenv(testenv.DSNEnv) == "" // else it reuses that server and prints no credentials
 	pr, pw := io.Pipe()
 	ctx, cancel := context.WithCancel(t.Context())

@@ -393,7 +393,10 @@ const (
 	TagFromUnknown   TagFrom = iota // no source knew it
 	TagFromInfo                     // the statement running at the sample
 	TagFromEventsLog                // the session's open hold in the events log
-	TagFromCarried                  // the last tag the processlist showed for the session
+	// TagFromCarried is the last tag the processlist showed for the
+	// session, kept while the session holds its backend and no new
+	// transaction begins.
+	TagFromCarried
 )
 
 // ReasonIdleUnseen is why an idle-holding sampled session's tag is unknown.
@@ -510,9 +513,12 @@ func (s *SampleAttributor) Add(row *ProcesslistRow) {
 	s.Sample(row.SampleTime)
 	var tag string
 	from := TagFromUnknown
+	begins := false
 	if row.Info.Valid {
 		q := []byte(row.Info.String)
-		if class, _, _ := classify(q); class != classBegin && class != classCommit {
+		class, _, _ := classify(q)
+		begins = class == classBegin
+		if class != classBegin && class != classCommit {
 			t, ok := AppendTag(s.tagBuf[:0], q)
 			s.tagBuf = t[:0]
 			tag, from = UntaggedTag, TagFromInfo
@@ -521,11 +527,19 @@ func (s *SampleAttributor) Add(row *ProcesslistRow) {
 			}
 		}
 	}
-	if from == TagFromInfo {
+	switch {
+	case from == TagFromInfo:
 		s.carried[row.SessionID] = carriedTag{tag, row.SampleTime}
-	} else if c, ok := s.carried[row.SessionID]; ok {
-		c.seen = row.SampleTime
-		s.carried[row.SessionID] = c
+	case !row.SrvHost.Valid || begins:
+		// The backend went back to the pool, or a new transaction begins:
+		// with an app connection pool, the session's next hold may belong
+		// to another tag, so the last one seen says nothing about it.
+		delete(s.carried, row.SessionID)
+	default:
+		if c, ok := s.carried[row.SessionID]; ok {
+			c.seen = row.SampleTime
+			s.carried[row.SessionID] = c
+		}
 	}
 	if !row.SrvHost.Valid {
 		return

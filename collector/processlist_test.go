@@ -109,3 +109,86 @@ func TestAnalyzeWorkloadWithSamples(t *testing.T) {
 		t.Errorf("checkout_tax_quote sampled hold with the events log: %+v; want ~30 s", hog)
 	}
 }
+
+// processlistRows parses processlist rows written as in testdata (the
+// header of states_processlist_samples.tsv, then one row per line).
+func processlistRows(t *testing.T, lines ...string) []ProcesslistRow {
+	t.Helper()
+	const header = "sample_ts\tThreadID\tSessionID\tuser\tdb\tcli_host\tcli_port\thostgroup\tl_srv_host\tl_srv_port\tsrv_host\tsrv_port\tcommand\ttime_ms\tinfo\tstatus_flags\textended_info"
+	path := filepath.Join(t.TempDir(), "processlist.tsv")
+	text := header + "\n"
+	for _, l := range lines {
+		text += l + "\n"
+	}
+	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r, err := OpenProcesslist([]string{path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	var rows []ProcesslistRow
+	for r.Next() {
+		rows = append(rows, *r.Row())
+	}
+	if n, bad := r.Malformed(); n != 0 || r.Err() != nil {
+		t.Fatalf("%d malformed rows %v, err %v", n, bad, r.Err())
+	}
+	return rows
+}
+
+// TestSamplerForgetsTagBetweenTransactions: one ProxySQL session serves an
+// app pool, so its next transaction may have another tag. A transaction
+// whose statements were all too fast to sample must come out unknown, not
+// with the tag of the transaction before it.
+func TestSamplerForgetsTagBetweenTransactions(t *testing.T) {
+	const (
+		held = "\t0\t7\tapp\tshop\t127.0.0.1\t37926\t0\t127.0.0.1\t35558\t127.0.0.1\t3307\t"
+		free = "\t0\t7\tapp\tshop\t127.0.0.1\t37926\t0\tNULL\tNULL\tNULL\tNULL\t"
+	)
+	first := []string{
+		"2026-12-02T08:27:29.000" + held + "Query\t0\t/* conn_tag:checkout */ SELECT * FROM orders WHERE id=1 FOR UPDATE\t0\tNULL",
+		"2026-12-02T08:27:29.200" + held + "Sleep\t0\tNULL\t0\tNULL",
+		"2026-12-02T08:27:29.400" + held + "Query\t0\tCOMMIT\t0\tNULL",
+	}
+	// The second transaction (tag refund, never sampled running) idles.
+	second := []string{
+		"2026-12-02T08:27:29.800" + held + "Sleep\t0\tNULL\t0\tNULL",
+		"2026-12-02T08:27:30.000" + held + "Sleep\t0\tNULL\t0\tNULL",
+		"2026-12-02T08:27:30.200" + free + "Sleep\t0\tNULL\tNULL\tNULL",
+	}
+	for _, tc := range []struct{ name, between string }{
+		{"seen without a backend", "2026-12-02T08:27:29.600" + free + "Sleep\t0\tNULL\tNULL\tNULL"},
+		{"seen beginning", "2026-12-02T08:27:29.600" + held + "Query\t0\tBEGIN\t0\tNULL"},
+		{"seen starting a transaction after a comment", "2026-12-02T08:27:29.600" + held +
+			"Query\t0\t/* app:refunds */ start transaction read write\t0\tNULL"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			lines := append(append(append([]string{}, first...), tc.between), second...)
+			var holds []SampledHold
+			s := NewSampleAttributor(ProcesslistConfig{}, nil, func(h *SampledHold) { holds = append(holds, *h) })
+			for _, r := range processlistRows(t, lines...) {
+				s.Add(&r)
+			}
+			s.Flush()
+			secondStart := time.Date(2026, 12, 2, 8, 27, 29, 800e6, time.UTC)
+			n := 0
+			for _, h := range holds {
+				if h.At.Before(secondStart) {
+					if h.Tag != "checkout" && !(h.Tag == UnknownTag && h.At.Equal(secondStart.Add(-200*time.Millisecond))) {
+						t.Errorf("first transaction at %s: tag %q (%v), want checkout", h.At.Format(time.StampMilli), h.Tag, h.TagFrom)
+					}
+					continue
+				}
+				n++
+				if h.Tag != UnknownTag || h.UnknownReason != ReasonIdleUnseen {
+					t.Errorf("second transaction at %s: tag %q (%v), want %q", h.At.Format(time.StampMilli), h.Tag, h.TagFrom, UnknownTag)
+				}
+			}
+			if n != 2 {
+				t.Errorf("%d sampled holds of the second transaction, want 2: %+v", n, holds)
+			}
+		})
+	}
+}

@@ -151,7 +151,7 @@ func TestSessionHintTagsIdleTransaction(t *testing.T) {
 	for i := range 5 {
 		ps.sample(at.Add(time.Duration(i)*100*time.Millisecond), []ProcesslistRow{idle})
 	}
-	ps.hint(42, "from_span", at.Add(time.Second))
+	ps.hint(42, sessionHint{tag: "from_span", start: at, end: at.Add(time.Second), received: at.Add(time.Second)})
 	ps.sample(at.Add(time.Second), nil)
 	// Five samples 100 ms apart, the last one held until the next sample
 	// 600 ms later: 1 s.
@@ -551,5 +551,53 @@ func TestTopAPI(t *testing.T) {
 				t.Errorf("%s: first row not %s: %s", tc.q, tc.first, b)
 			}
 		}
+	}
+}
+
+// TestSessionHintsNameTheirOwnBorrow: one ProxySQL session serves two
+// borrows of a pooled connection under different tags, neither sampled
+// running. Their hold spans arrive late and out of order (OTel batch
+// export): each names only the sampled hold inside its own times.
+func TestSessionHintsNameTheirOwnBorrow(t *testing.T) {
+	at := time.Unix(1_800_000_000, 0)
+	ms := func(n int) time.Time { return at.Add(time.Duration(n) * time.Millisecond) }
+	type span struct {
+		tag        string
+		start, end time.Time
+	}
+	cart, pay := span{"cart", ms(-30), ms(530)}, span{"pay", ms(770), ms(1530)}
+	for _, tc := range []struct {
+		name      string
+		deliver   map[int]span // sample index -> span received just before it
+		wantCart  float64
+		wantPay   float64
+		wantUnkwn float64
+	}{
+		{"first borrow's span lands during the second", map[int]span{12: cart, 17: pay}, 0.5, 0.7, 0},
+		{"second borrow's span first", map[int]span{16: pay, 18: cart}, 0.5, 0.7, 0},
+		{"only the first borrow's span", map[int]span{13: cart}, 0.5, 0, 0.7},
+		{"a span before its last sample is credited", map[int]span{15: pay, 5: cart}, 0.5, 0.7, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := newStore(10, time.Now)
+			ps := newProxySQLSessions("px", st, ProcesslistConfig{}, false, true, 5*time.Second)
+			held := ProcesslistRow{SessionID: 42, SrvHost: sql.NullString{String: "db", Valid: true}}
+			free := ProcesslistRow{SessionID: 42}
+			for i := range 80 { // every 100 ms: cart idle 0-0.4, pay idle 0.8-1.4
+				if sp, ok := tc.deliver[i]; ok {
+					ps.hint(42, sessionHint{tag: sp.tag, start: sp.start, end: sp.end, received: ms(i * 100)})
+				}
+				row := free
+				if i <= 4 || (i >= 8 && i <= 14) {
+					row = held
+				}
+				ps.sample(ms(i*100), []ProcesslistRow{row})
+			}
+			for tag, want := range map[string]float64{"cart": tc.wantCart, "pay": tc.wantPay, UnknownTag: tc.wantUnkwn} {
+				if got := holdOf(st, "px", SourceProxySQLProcesslist, tag); got < want-0.01 || got > want+0.01 {
+					t.Errorf("%s: %.3f s, want %.1f", tag, got, want)
+				}
+			}
+		})
 	}
 }

@@ -44,11 +44,14 @@
 //     label): stats_mysql_processlist sampled every 250 ms by default. Each
 //     row holding a backend (srv_host set) is credited with the time to the
 //     next sample by the collector's own clock (never time_ms, which lags),
-//     under the tag of its running statement, else the tag the session last
-//     showed (SampleAttributor), else the events log's (by thread_id =
-//     SessionID), else an app span's (holdtime.session_id). Sampled hold a
-//     session could not tag waits ProxySQLConfig.TagGrace for one of those
-//     and is then reported as UnknownTag, never dropped. Pins: a session idle
+//     under the tag of its running statement, else the events log's (by
+//     thread_id = SessionID), else the tag the session last showed while it
+//     kept its backend and began no new transaction (SampleAttributor), else
+//     an app hold span's (holdtime.session_id) whose start and end, give or
+//     take one sample gap, enclose that run of samples: a pooled session
+//     serves many borrows and tags. Sampled hold a session could not tag
+//     waits ProxySQLConfig.TagGrace for one of those and is then reported as
+//     UnknownTag, never dropped. Pins: a session idle
 //     with a backend counts as pinned under one reason from extended_info
 //     (mysql-show_processlist_extended): transaction, lock_tables, get_lock,
 //     temporary_table, user_variable, prepared_statement,

@@ -186,7 +186,7 @@ func (o *otlpReceiver) span(sp *tracepb.Span, batch map[string]*tagDelta, now ti
 	}
 	if session > 0 {
 		for _, p := range o.c.proxies {
-			p.sessions.hint(session, tag, now)
+			p.sessions.hint(session, sessionHint{tag: tag, start: time.Unix(0, int64(start)), end: time.Unix(0, int64(end)), received: now})
 		}
 	}
 	return true

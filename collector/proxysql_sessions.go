@@ -1,6 +1,7 @@
 package collector
 
 import (
+	"cmp"
 	"strings"
 	"sync"
 	"time"
@@ -103,9 +104,10 @@ func jsonInt(doc, key string) (int64, bool) {
 	return n, found
 }
 
-// pendingUnknown is sampled hold of a session whose tag the processlist
-// could not tell, kept a short while for the events log or an app span to
-// name it.
+// pendingUnknown is a run of sampled hold of a session, in consecutive
+// samples, whose tag the processlist could not tell, kept a short while for
+// the events log or an app span to name it. A session served by an app pool
+// has one run per borrow it was seen holding, each with its own tag.
 type pendingUnknown struct {
 	first  time.Time
 	last   time.Time
@@ -135,8 +137,11 @@ type proxysqlSessions struct {
 	// reasons of the rows being credited (previous sample) and of the rows
 	// just added (current sample), by SessionID.
 	prevReasons, curReasons map[int64]string
-	pending                 map[int64]*pendingUnknown
-	hints                   map[int64]sessionHint // from app spans
+	pending                 map[int64][]*pendingUnknown // runs in time order
+	hints                   map[int64][]sessionHint     // from app spans
+	// the sample being credited and the one before it: an unknown sampled
+	// hold continues its session's last run if that run reached prevAt.
+	lastAt, prevAt time.Time
 
 	batch    map[string]*tagDelta
 	sessions map[string]int
@@ -144,16 +149,31 @@ type proxysqlSessions struct {
 	events   map[string]*tagDelta // events log holds, flushed per sample
 }
 
+// sessionHint is what an app hold span says: the session held a backend for
+// tag from start to end. received is when the span arrived.
 type sessionHint struct {
-	tag string
-	at  time.Time
+	tag        string
+	start, end time.Time
+	received   time.Time
+}
+
+// maxHintsPerSession bounds the spans kept per session: a pooled session
+// serves many borrows within the grace period, only recent ones matter.
+const maxHintsPerSession = 16
+
+// covers says whether a pending run lies within [start-gap, end+gap]: its
+// samples are the hold the span measured. The slack of one sample gap
+// absorbs sampling and clock error; a run that began before the span or
+// outlived it belongs (at least partly) to another borrow.
+func covers(pu *pendingUnknown, start, end time.Time, gap time.Duration) bool {
+	return !pu.first.Before(start.Add(-gap)) && !pu.last.After(end.Add(gap))
 }
 
 func newProxySQLSessions(target string, st *store, cfg ProcesslistConfig, withEvents, withHints bool, grace time.Duration) *proxysqlSessions {
 	p := &proxysqlSessions{
 		target: target, st: st, grace: grace, resolvable: withEvents || withHints,
 		prevReasons: map[int64]string{}, curReasons: map[int64]string{},
-		pending: map[int64]*pendingUnknown{}, hints: map[int64]sessionHint{},
+		pending: map[int64][]*pendingUnknown{}, hints: map[int64][]sessionHint{},
 		batch: map[string]*tagDelta{}, sessions: map[string]int{}, pinned: map[[2]string]int{},
 		events: map[string]*tagDelta{},
 	}
@@ -192,10 +212,13 @@ func (p *proxysqlSessions) addSampled(h *SampledHold) {
 		}
 	}
 	if h.Tag == UnknownTag && p.resolvable {
-		pu := p.pending[h.SessionID]
-		if pu == nil {
+		runs := p.pending[h.SessionID]
+		var pu *pendingUnknown
+		if n := len(runs); n > 0 && runs[n-1].last.Equal(p.prevAt) {
+			pu = runs[n-1]
+		} else {
 			pu = &pendingUnknown{first: h.At}
-			p.pending[h.SessionID] = pu
+			p.pending[h.SessionID] = append(runs, pu)
 		}
 		pu.last = h.At
 		pu.f.add(&f)
@@ -223,13 +246,28 @@ func (p *proxysqlSessions) addSampled(h *SampledHold) {
 	}
 }
 
-// resolve moves a session's pending unknown hold to tag.
-func (p *proxysqlSessions) resolve(id int64, tag string) {
-	pu := p.pending[id]
-	if pu == nil {
-		return
+// resolveWhere moves the pending runs of session id for which match holds
+// to tag.
+func (p *proxysqlSessions) resolveWhere(id int64, tag string, match func(*pendingUnknown) bool) {
+	runs := p.pending[id]
+	kept := runs[:0]
+	for _, pu := range runs {
+		if match(pu) {
+			p.resolve(pu, tag)
+		} else {
+			kept = append(kept, pu)
+		}
 	}
-	delete(p.pending, id)
+	clear(runs[len(kept):])
+	if len(kept) == 0 {
+		delete(p.pending, id)
+	} else {
+		p.pending[id] = kept
+	}
+}
+
+// resolve moves a pending run to tag.
+func (p *proxysqlSessions) resolve(pu *pendingUnknown, tag string) {
 	d := p.delta(p.batch, tag)
 	d.add(&pu.f)
 	for r, v := range pu.pinned {
@@ -251,10 +289,13 @@ func (p *proxysqlSessions) addHold(h *Hold) {
 		d.idle += dur - active
 	}
 	d.stmts += float64(h.Statements)
-	if h.Tag != UnknownTag {
-		if pu := p.pending[int64(h.SessionID)]; pu != nil && pu.first.UnixMicro() >= h.StartUS-int64(time.Second/time.Microsecond) {
-			p.resolve(int64(h.SessionID), h.Tag)
-		}
+	if h.Tag != UnknownTag && len(p.pending[int64(h.SessionID)]) > 0 {
+		// The events log and the samples may come from two clocks: allow
+		// a second either side.
+		start, end := time.UnixMicro(h.StartUS), time.UnixMicro(h.EndUS)
+		p.resolveWhere(int64(h.SessionID), h.Tag, func(pu *pendingUnknown) bool {
+			return covers(pu, start, end, time.Second)
+		})
 	}
 }
 
@@ -265,16 +306,29 @@ func (p *proxysqlSessions) addEvent(e *Event) {
 	p.mu.Unlock()
 }
 
-// hint records the tag an app span gave a session (holdtime.session_id).
-func (p *proxysqlSessions) hint(id int64, tag string, at time.Time) {
+// hint records the tag an app hold span gave a session
+// (holdtime.session_id) from h.start to h.end. Spans arrive late and in any
+// order, while the pooled session may already serve another borrow: a span
+// names only the pending runs within its own times, and is kept for runs
+// still being sampled.
+func (p *proxysqlSessions) hint(id int64, h sessionHint) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if _, ok := p.pending[id]; ok {
-		p.resolve(id, tag)
+	gap := p.sampleGap()
+	p.resolveWhere(id, h.tag, func(pu *pendingUnknown) bool { return covers(pu, h.start, h.end, gap) })
+	hs, ok := p.hints[id]
+	if !ok && len(p.hints) >= 1<<16 {
+		return
 	}
-	if len(p.hints) < 1<<16 {
-		p.hints[id] = sessionHint{tag, at}
+	if len(hs) >= maxHintsPerSession {
+		hs = append(hs[:0], hs[1:]...)
 	}
+	p.hints[id] = append(hs, h)
+}
+
+// sampleGap is the time between samples, the slack of a span's times.
+func (p *proxysqlSessions) sampleGap() time.Duration {
+	return cmp.Or(p.sampler.lastGap, p.sampler.cfg.MaxSampleGap)
 }
 
 // sample processes one processlist snapshot taken at `at`.
@@ -285,6 +339,9 @@ func (p *proxysqlSessions) sample(at time.Time, rows []ProcesslistRow) {
 	clear(p.pinned)
 	p.prevReasons, p.curReasons = p.curReasons, p.prevReasons
 	p.sampler.Sample(at) // credits the previous sample through addSampled
+	if !at.Equal(p.lastAt) {
+		p.prevAt, p.lastAt = p.lastAt, at
+	}
 	clear(p.curReasons)
 	for i := range rows {
 		r := &rows[i]
@@ -294,24 +351,34 @@ func (p *proxysqlSessions) sample(at time.Time, rows []ProcesslistRow) {
 		}
 		p.sampler.Add(r)
 	}
-	for id, pu := range p.pending {
+	gap := p.sampleGap()
+	for id, runs := range p.pending {
 		if p.attr != nil {
+			// The events log's open hold is the session's current one:
+			// it names the run still being sampled, not earlier ones.
 			if tag, ok := p.attr.TagOf(uint64(id)); ok {
-				p.resolve(id, tag)
-				continue
+				cur := runs[len(runs)-1]
+				p.resolveWhere(id, tag, func(pu *pendingUnknown) bool { return pu == cur && pu.last.Equal(p.prevAt) })
 			}
 		}
-		if h, ok := p.hints[id]; ok && !h.at.Before(pu.first.Add(-p.grace)) {
-			p.resolve(id, h.tag)
-			continue
+		for _, h := range p.hints[id] {
+			p.resolveWhere(id, h.tag, func(pu *pendingUnknown) bool { return covers(pu, h.start, h.end, gap) })
 		}
-		if at.Sub(pu.first) > p.grace || at.Sub(pu.last) > p.grace {
-			p.resolve(id, UnknownTag)
-		}
+		p.resolveWhere(id, UnknownTag, func(pu *pendingUnknown) bool {
+			return at.Sub(pu.first) > p.grace || at.Sub(pu.last) > p.grace
+		})
 	}
-	for id, h := range p.hints {
-		if at.Sub(h.at) > p.grace {
+	for id, hs := range p.hints {
+		kept := hs[:0]
+		for _, h := range hs {
+			if at.Sub(h.received) <= p.grace {
+				kept = append(kept, h)
+			}
+		}
+		if len(kept) == 0 {
 			delete(p.hints, id)
+		} else {
+			p.hints[id] = kept
 		}
 	}
 	p.flush()
@@ -355,14 +422,14 @@ func (p *proxysqlSessions) finish() {
 	if p.attr != nil {
 		p.attr.Flush()
 	}
-	for id := range p.pending {
+	for id, runs := range p.pending {
 		if p.attr != nil {
 			if tag, ok := p.attr.TagOf(uint64(id)); ok {
-				p.resolve(id, tag)
-				continue
+				last := runs[len(runs)-1]
+				p.resolveWhere(id, tag, func(pu *pendingUnknown) bool { return pu == last })
 			}
 		}
-		p.resolve(id, UnknownTag)
+		p.resolveWhere(id, UnknownTag, func(*pendingUnknown) bool { return true })
 	}
 	p.flush()
 	p.mu.Unlock()

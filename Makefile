@@ -4,12 +4,12 @@
 GO ?= go
 export PATH := $(PATH):/usr/sbin:/usr/local/sbin
 
-.PHONY: demo test fmt-check vet race bench benchcmp-test deps deps-mariadb
+.PHONY: demo test fmt-check vet race bench benchcmp-test deps deps-demo
 
-demo: deps-mariadb
+demo: deps-demo
 	$(GO) run ./cmd/holdtime demo
 
-test: fmt-check vet race benchcmp-test
+test: deps fmt-check vet race benchcmp-test
 
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
@@ -30,8 +30,8 @@ bench:
 benchcmp-test:
 	cd internal/benchcmp && $(GO) vet ./... && $(GO) test -count=1 ./...
 
-deps-mariadb:
-	.ci/install-deps mariadb
+deps-demo:
+	.ci/install-deps build mariadb
 
 deps:
 	.ci/install-deps

@@ -62,9 +62,8 @@ func (in *instr) ensureHold(ctx context.Context, c *conn, ts *tagState) {
 }
 
 // giveBack ends c's hold, if one is open. The connection's open-hold state
-// is cleared before the tag's totals grow: a collection in between sees the
-// hold in neither place, and the exported counters hide that dip (see
-// instruments.observe), never counting the hold twice.
+// is cleared before the tag's totals grow, and observe reads the totals
+// before the open holds: a hold is never counted twice (see observe).
 func (in *instr) giveBack(c *conn) {
 	start := c.holdStart.Swap(0)
 	if start == 0 {

@@ -78,10 +78,10 @@ type tagState struct {
 	opOpts   [numOps][2]opAttrs     // [op][failed]
 }
 
-// opTotals are one operation's totals; errors and errNanos are the failed
-// part of count and nanos.
+// opTotals are one operation's totals, kept apart by outcome so that each
+// exported series only ever grows.
 type opTotals struct {
-	count, errors, nanos, errNanos atomic.Int64
+	okCount, okNanos, errCount, errNanos atomic.Int64
 }
 
 type opAttrs struct {
@@ -235,11 +235,12 @@ func (in *instr) endStmt(c *conn, s stmtStart, err error) {
 	}
 	if in.cfg.metrics {
 		t := &s.ts.metrics.ops[s.op]
-		t.count.Add(1)
-		t.nanos.Add(d)
 		if failed == 1 {
-			t.errors.Add(1)
+			t.errCount.Add(1)
 			t.errNanos.Add(d)
+		} else {
+			t.okCount.Add(1)
+			t.okNanos.Add(d)
 		}
 		if in.cfg.histograms {
 			in.inst.opDuration.Record(context.Background(), time.Duration(d).Seconds(), s.ts.metrics.opOpts[s.op][failed].record...)

@@ -118,19 +118,24 @@ func (in *instr) registerCallbacks(db *sql.DB) error {
 }
 
 // observe reports the per-tag series. Hold, active and idle seconds are the
-// completed holds' totals plus the holds in progress up to now. A hold that
-// ends during a collection can be missing from both for that one
-// collection; each counter therefore reports the larger of its new value
-// and its last, so it never goes down (which Prometheus would take for a
-// reset) and catches up at the next collection.
+// completed holds' totals plus the holds in progress up to now.
+//
+// The totals are read before the open holds. giveBack clears a hold's open
+// state before it adds the hold to the totals, so a hold can never be seen
+// in both: a hold that ends during a collection is at worst missing from
+// both for that one collection. Each counter therefore reports the larger
+// of its new value and its last, so it never goes down (which Prometheus
+// would take for a reset), and it catches up at the next collection.
 func (in *instr) observe(o metric.Observer) {
 	m := &in.inst
-	type open struct {
-		hold, active int64
-		used         int64
+	type sums struct {
+		holdNanos, activeNanos, holds, used int64
 	}
+	per := make(map[*tagState]*sums)
+	in.eachTag(func(ts *tagState) {
+		per[ts] = &sums{holdNanos: ts.holdNanos.Load(), activeNanos: ts.activeNanos.Load(), holds: ts.holds.Load()}
+	})
 	now := in.now()
-	live := make(map[*tagState]*open)
 	in.connMu.Lock()
 	for c := range in.conns {
 		start := c.holdStart.Load()
@@ -141,32 +146,25 @@ func (in *instr) observe(o metric.Observer) {
 		if ts == nil {
 			ts = in.deflt
 		}
-		ts = ts.metrics
-		h := live[ts]
-		if h == nil {
-			h = &open{}
-			live[ts] = h
+		h := per[ts.metrics]
+		if h == nil { // a tag created after the totals were read
+			continue
 		}
 		held := max(0, now-start)
-		h.hold += held
-		h.active += min(c.activeNanos.Load(), held)
+		h.holdNanos += held
+		h.activeNanos += min(c.activeNanos.Load(), held)
 		h.used++
 	}
 	in.connMu.Unlock()
 
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	in.eachTag(func(ts *tagState) {
-		h := live[ts]
-		if h == nil {
-			h = &open{}
+	for ts, h := range per {
+		if h.holds == 0 && h.used == 0 && !ts.hasOps() {
+			continue // a tag that has done nothing yet: no series
 		}
-		holds := ts.holds.Load()
-		if holds == 0 && h.used == 0 && !ts.hasOps() {
-			return // a tag that has done nothing yet: no series
-		}
-		hold := time.Duration(ts.holdNanos.Load() + h.hold).Seconds()
-		active := time.Duration(ts.activeNanos.Load() + h.active).Seconds()
+		hold := time.Duration(h.holdNanos).Seconds()
+		active := time.Duration(h.activeNanos).Seconds()
 		last := m.last[ts]
 		if last == nil {
 			last = &[3]float64{}
@@ -178,33 +176,28 @@ func (in *instr) observe(o metric.Observer) {
 		o.ObserveFloat64(m.holdTime, last[0], ts.obsOpts...)
 		o.ObserveFloat64(m.activeTime, last[1], ts.obsOpts...)
 		o.ObserveFloat64(m.idleTime, last[2], ts.obsOpts...)
-		o.ObserveInt64(m.holds, holds, ts.obsOpts...)
+		o.ObserveInt64(m.holds, h.holds, ts.obsOpts...)
 		o.ObserveInt64(m.count, h.used, ts.usedOpts...)
 		if n := ts.longHolds.Load(); n > 0 {
 			o.ObserveInt64(m.longHolds, n, ts.obsOpts...)
 		}
 		for op := range numOps {
 			t := &ts.ops[op]
-			n := t.count.Load()
-			if n == 0 {
-				continue
+			if n := t.okCount.Load(); n > 0 {
+				o.ObserveInt64(m.ops, n, ts.opOpts[op][0].observe...)
+				o.ObserveFloat64(m.opTime, time.Duration(t.okNanos.Load()).Seconds(), ts.opOpts[op][0].observe...)
 			}
-			failed, failedNanos := t.errors.Load(), t.errNanos.Load()
-			if n > failed {
-				o.ObserveInt64(m.ops, n-failed, ts.opOpts[op][0].observe...)
-				o.ObserveFloat64(m.opTime, time.Duration(t.nanos.Load()-failedNanos).Seconds(), ts.opOpts[op][0].observe...)
-			}
-			if failed > 0 {
-				o.ObserveInt64(m.ops, failed, ts.opOpts[op][1].observe...)
-				o.ObserveFloat64(m.opTime, time.Duration(failedNanos).Seconds(), ts.opOpts[op][1].observe...)
+			if n := t.errCount.Load(); n > 0 {
+				o.ObserveInt64(m.ops, n, ts.opOpts[op][1].observe...)
+				o.ObserveFloat64(m.opTime, time.Duration(t.errNanos.Load()).Seconds(), ts.opOpts[op][1].observe...)
 			}
 		}
-	})
+	}
 }
 
 func (ts *tagState) hasOps() bool {
 	for i := range ts.ops {
-		if ts.ops[i].count.Load() != 0 {
+		if ts.ops[i].okCount.Load() != 0 || ts.ops[i].errCount.Load() != 0 {
 			return true
 		}
 	}

@@ -92,8 +92,14 @@ func (s *stmt) queryInner(ctx context.Context, args []driver.NamedValue) (driver
 	return s.inner.Query(vals) //nolint:staticcheck // fallback as database/sql does
 }
 
+// CheckNamedValue asks the statement's checker, or else the connection's,
+// as database/sql does when a statement has none: claiming the interface
+// here must not hide a connection's checker.
 func (s *stmt) CheckNamedValue(nv *driver.NamedValue) error {
 	if c, ok := s.inner.(driver.NamedValueChecker); ok {
+		return c.CheckNamedValue(nv)
+	}
+	if c, ok := s.conn.inner.(driver.NamedValueChecker); ok {
 		return c.CheckNamedValue(nv)
 	}
 	return driver.ErrSkip

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"text/tabwriter"
@@ -250,7 +251,14 @@ func (d *demoCmd) phase(ctx context.Context, name, what string, db *sql.DB, mp *
 			}
 		})
 	}
+	// On a terminal the collector's ranking is redrawn in place below the
+	// phase's heading: back to the saved position, clear below, draw.
+	// Ten blank lines first, so that drawing never scrolls the screen and
+	// moves the saved position.
 	live := isTerminal(d.out)
+	if live {
+		fmt.Fprint(d.out, strings.Repeat("\n", 10)+"\x1b[10A\x1b[s")
+	}
 	liveDone := make(chan struct{})
 	go func() {
 		defer close(liveDone)
@@ -262,9 +270,8 @@ func (d *demoCmd) phase(ctx context.Context, name, what string, db *sql.DB, mp *
 				return
 			case <-tick.C:
 				if live {
-					fmt.Fprint(d.out, "\x1b[s") // save the cursor, draw, go back
-					d.drawTop(col.Top(10 * time.Second))
 					fmt.Fprint(d.out, "\x1b[u\x1b[J")
+					d.drawTop(col.Top(10 * time.Second))
 				}
 			}
 		}
@@ -296,6 +303,9 @@ func (d *demoCmd) phase(ctx context.Context, name, what string, db *sql.DB, mp *
 		res.holds[tag] = tagHold{hold: (e.hold - s.hold) / elapsed, idle: e.idle - s.idle}
 	}
 	res.top = col.Top(10 * time.Second)
+	if live {
+		fmt.Fprint(d.out, "\x1b[u\x1b[J")
+	}
 	d.drawTop(res.top)
 	fmt.Fprintln(d.out)
 	return res, nil

@@ -41,6 +41,10 @@ var (
 	// errContention is a short read whose units exist per the ledger but
 	// are locked by in-flight transactions.
 	errContention = &retryableSentinel{"reservation: units are locked by in-flight reservations"}
+	// errUnitsMismatch means a reserve deleted fewer units than it locked:
+	// a bug (a unit handed out twice). The transaction rolls back.
+	errUnitsMismatch = errors.New("reservation: internal error: units locked and units deleted differ " +
+		"(nothing was reserved; please report this)")
 	// errDuplicate is MySQL error 1062 on the reservation id: a retry.
 	errDuplicate = errors.New("reservation: duplicate reservation id")
 )

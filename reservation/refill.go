@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"strings"
 	"time"
 
@@ -169,6 +170,10 @@ func (e *Engine) backgroundRefill(ctx context.Context, key ItemKey) {
 	e.metrics.backgroundRefill(ctx)
 }
 
+// deleteUnits deletes units the transaction has locked. Every one of them
+// must go: a unit deleted fewer times than listed is a unit held twice, so a
+// count that does not match fails the transaction instead of committing a
+// hold on units nobody took.
 func deleteUnits(ctx context.Context, tx *sql.Tx, ids []uint64) error {
 	var b strings.Builder
 	b.WriteString(deleteUnitsPrefix)
@@ -181,6 +186,16 @@ func deleteUnits(ctx context.Context, tx *sql.Tx, ids []uint64) error {
 		args[i] = id
 	}
 	b.WriteByte(')')
-	_, err := tx.ExecContext(ctx, b.String(), args...)
-	return classify(err)
+	res, err := tx.ExecContext(ctx, b.String(), args...)
+	if err != nil {
+		return classify(err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return classify(err)
+	}
+	if n != int64(len(ids)) {
+		return fmt.Errorf("%w: deleted %d of the %d units it locked", errUnitsMismatch, n, len(ids))
+	}
+	return nil
 }

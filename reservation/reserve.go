@@ -199,27 +199,31 @@ func (e *Engine) reserveOnce(ctx context.Context, p ReserveParams, parts []part,
 }
 
 // takeUnits locks and deletes the units of every part, fetching them for all
-// parts in one statement.
+// parts in one statement. The fetch has one branch per item/group, never per
+// part: FOR UPDATE SKIP LOCKED does not skip rows the same transaction has
+// locked, so two branches on one key (two lines of an item, or a line moved
+// onto another line's group) would both return the same units.
 func (e *Engine) takeUnits(ctx context.Context, tx *sql.Tx, parts []part) ([]int64, error) {
 	branch := fetchUnitsSkipLocked
 	if e.cfg.Strategy == StrategyForUpdate {
 		branch = fetchUnitsForUpdate
 	}
+	keys, want, of := mergeParts(parts)
 	var q strings.Builder
-	q.Grow(len(parts) * (len(branch) + len(fetchUnitsJoin)))
-	args := make([]any, 0, 5*len(parts))
-	for i, pt := range parts {
+	q.Grow(len(keys) * (len(branch) + len(fetchUnitsJoin)))
+	args := make([]any, 0, 5*len(keys))
+	for i, k := range keys {
 		if i > 0 {
 			q.WriteString(fetchUnitsJoin)
 		}
 		q.WriteString(branch)
-		args = append(args, i, pt.key.ShopID, pt.key.ItemID, pt.key.GroupID, pt.qty)
+		args = append(args, i, k.ShopID, k.ItemID, k.GroupID, want[i])
 	}
 	rows, err := tx.QueryContext(ctx, q.String(), args...)
 	if err != nil {
 		return nil, classify(err)
 	}
-	got := make([]int64, len(parts))
+	fetched := make([]int64, len(keys))
 	var ids []uint64
 	for rows.Next() {
 		var i int
@@ -228,7 +232,7 @@ func (e *Engine) takeUnits(ctx context.Context, tx *sql.Tx, parts []part) ([]int
 			rows.Close()
 			return nil, classify(err)
 		}
-		got[i]++
+		fetched[i]++
 		ids = append(ids, id)
 	}
 	if err := rows.Close(); err != nil {
@@ -237,10 +241,32 @@ func (e *Engine) takeUnits(ctx context.Context, tx *sql.Tx, parts []part) ([]int
 	if err := rows.Err(); err != nil {
 		return nil, classify(err)
 	}
+	// Hand each key's units to its parts in order.
+	got := make([]int64, len(parts))
+	for i, pt := range parts {
+		got[i] = min(pt.qty, fetched[of[i]])
+		fetched[of[i]] -= got[i]
+	}
 	if short := e.shortfall(ctx, parts, got); short != nil {
 		return short, nil
 	}
 	return nil, deleteUnits(ctx, tx, ids)
+}
+
+// mergeParts returns the distinct keys of parts in order of appearance, the
+// quantity wanted from each, and the index of each part's key.
+func mergeParts(parts []part) (keys []ItemKey, want []int64, of []int) {
+	of = make([]int, len(parts))
+	for i, pt := range parts {
+		k := slices.Index(keys, pt.key)
+		if k < 0 {
+			keys, want = append(keys, pt.key), append(want, 0)
+			k = len(keys) - 1
+		}
+		want[k] += pt.qty
+		of[i] = k
+	}
+	return keys, want, of
 }
 
 // takeCounters decrements the counter of every part, in key order so that
@@ -287,21 +313,33 @@ func (e *Engine) shortfall(ctx context.Context, parts []part, got []int64) []int
 }
 
 // replan reacts to a short fetch: it refills the short pools inline and
-// asks the ledger whether each group can cover its part. A group that
-// cannot keeps what it has and hands the rest to the line's next group; a
-// line with no group left is ErrInsufficientStock. When every group can
-// cover its part, the shortfall was contention (units locked by in-flight
+// asks the ledger whether each item/group can cover the parts on it. One
+// that cannot gives what it has to its parts, those with no further group
+// first, and hands the rest of each part to its line's next group; a part
+// with no group left is ErrInsufficientStock. When every item/group can
+// cover its parts, the shortfall was contention (units locked by in-flight
 // reserves): replan returns errContention unless a refill added units.
 func (e *Engine) replan(ctx context.Context, p ReserveParams, parts []part, short []int64) ([]part, error) {
+	keys, want, of := mergeParts(parts)
 	var next []part
 	refilled, moved := false, false
-	for i, pt := range parts {
-		if short[i] == 0 {
-			next = append(next, pt)
+	for k, key := range keys {
+		var on []int // the parts on key
+		var lacking int64
+		for i := range parts {
+			if of[i] == k {
+				on = append(on, i)
+				lacking += short[i]
+			}
+		}
+		if lacking == 0 {
+			for _, i := range on {
+				next = append(next, parts[i])
+			}
 			continue
 		}
 		start := time.Now()
-		st, added, err := e.refill(ctx, pt.key, pt.qty)
+		st, added, err := e.refill(ctx, key, want[k])
 		e.metrics.refillWait(ctx, time.Since(start))
 		if err != nil {
 			return parts, err
@@ -310,24 +348,40 @@ func (e *Engine) replan(ctx context.Context, p ReserveParams, parts []part, shor
 			refilled = true
 			e.stats.inlineRefills.Add(1)
 		}
-		if sellable := st.sellable(); sellable < pt.qty {
-			moved = true
-			if sellable > 0 {
+		sellable := max(st.sellable(), 0)
+		if sellable >= want[k] {
+			for _, i := range on {
+				next = append(next, parts[i])
+			}
+			continue
+		}
+		moved = true
+		// The parts that cannot move on get the units first.
+		slices.SortStableFunc(on, func(a, b int) int {
+			return cmp.Compare(len(p.Lines[parts[a].line].GroupIDs)-parts[a].groupIdx,
+				len(p.Lines[parts[b].line].GroupIDs)-parts[b].groupIdx)
+		})
+		for _, i := range on {
+			pt := parts[i]
+			if take := min(pt.qty, sellable); take > 0 {
 				keep := pt
-				keep.qty = sellable
+				keep.qty = take
 				next = append(next, keep)
+				sellable -= take
+				pt.qty -= take
+			}
+			if pt.qty == 0 {
+				continue
 			}
 			groups := p.Lines[pt.line].GroupIDs
 			if pt.groupIdx+1 >= len(groups) {
-				return parts, fmt.Errorf("%w: item %d has %d sellable units in group %d, the cart needs %d more",
-					ErrInsufficientStock, pt.key.ItemID, max(sellable, 0), pt.key.GroupID, pt.qty-max(sellable, 0))
+				return parts, fmt.Errorf("%w: item %d has %d sellable units in group %d, the cart needs %d there",
+					ErrInsufficientStock, key.ItemID, max(st.sellable(), 0), key.GroupID, want[k])
 			}
-			rest := part{line: pt.line, groupIdx: pt.groupIdx + 1, qty: pt.qty - max(sellable, 0)}
+			rest := part{line: pt.line, groupIdx: pt.groupIdx + 1, qty: pt.qty}
 			rest.key = ItemKey{p.ShopID, p.Lines[pt.line].ItemID, groups[rest.groupIdx]}
 			next = append(next, rest)
-			continue
 		}
-		next = append(next, pt)
 	}
 	if refilled || moved {
 		return next, nil

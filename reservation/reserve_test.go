@@ -1,0 +1,155 @@
+package reservation
+
+import (
+	"errors"
+	"testing"
+	"time"
+)
+
+// TestReserveSameKeyTwice: two parts of one cart on the same item/group must
+// take distinct units. FOR UPDATE SKIP LOCKED does not skip rows the same
+// transaction locked, so one fetch branch per part would hand both parts the
+// same units and hold more than it took.
+func TestReserveSameKeyTwice(t *testing.T) {
+	line := func(item, qty int64, groups ...uint64) Line {
+		return Line{ItemID: uint64(item), Quantity: qty, GroupIDs: groups}
+	}
+	for _, tc := range []struct {
+		name  string
+		stock map[uint64]int64 // by group, item 5
+		lines []Line
+		held  map[uint64]int64 // by group, after the reserve
+	}{
+		{name: "two lines of one item", stock: map[uint64]int64{1: 10},
+			lines: []Line{line(5, 3, 1), line(5, 3, 1)}, held: map[uint64]int64{1: 6}},
+		// The first line runs short in group 1 and moves its rest onto
+		// group 2, where the second line already is.
+		{name: "replan onto another line's group", stock: map[uint64]int64{1: 1, 2: 10},
+			lines: []Line{line(5, 3, 1, 2), line(5, 2, 2)}, held: map[uint64]int64{1: 1, 2: 4}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e, db := setup(t, Config{PoolSize: 10})
+			ctx := t.Context()
+			var total int64
+			for g, n := range tc.stock {
+				receive(t, e, ItemKey{1, 5, g}, n)
+				total += n
+			}
+			res, err := e.Reserve(ctx, ReserveParams{ShopID: 1, ReservationID: "dup", Lines: tc.lines})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var held int64
+			for g, want := range tc.held {
+				key := ItemKey{1, 5, g}
+				if a := checkBooks(t, db, StrategySkipLocked, key, tc.stock[g], 0); a.held != want {
+					t.Errorf("group %d: held %d, want %d (%+v)", g, a.held, want, a)
+				}
+				held += want
+			}
+			if got := sumLines(res.Lines); got != held {
+				t.Errorf("reservation lines %+v hold %d, want %d", res.Lines, got, held)
+			}
+			// Sell the rest one unit at a time: the books must end with
+			// every unit sold once, none twice.
+			sold := held
+			if err := e.Claim(ctx, 1, "dup"); err != nil {
+				t.Fatal(err)
+			}
+			for g, n := range tc.stock {
+				key := ItemKey{1, 5, g}
+				for i := range n + 1 {
+					id := "rest-" + string(rune('a'+g)) + "-" + string(rune('a'+i))
+					_, err := e.Reserve(ctx, cart(id, key, 1))
+					if errors.Is(err, ErrInsufficientStock) {
+						break
+					}
+					if err != nil {
+						t.Fatal(err)
+					}
+					if err := e.Claim(ctx, 1, id); err != nil {
+						t.Fatal(err)
+					}
+					sold++
+				}
+			}
+			if sold != total {
+				t.Errorf("sold %d of %d stocked", sold, total)
+			}
+			for g := range tc.stock {
+				key := ItemKey{1, 5, g}
+				a := books(t, db, StrategySkipLocked, key)
+				checkBooks(t, db, StrategySkipLocked, key, tc.stock[g], a.claimed)
+				if a.claimed != tc.stock[g] || a.pooled != 0 {
+					t.Errorf("group %d: %+v after selling out %d", g, a, tc.stock[g])
+				}
+			}
+		})
+	}
+}
+
+// TestReserveSameKeyShort: two lines of one item that together need more
+// than the ledger has are ErrInsufficientStock at once, not contention
+// retried until the budget runs out.
+func TestReserveSameKeyShort(t *testing.T) {
+	e, db := setup(t, Config{PoolSize: 10, RetryBudget: time.Second})
+	key := ItemKey{1, 5, 1}
+	receive(t, e, key, 5)
+	p := ReserveParams{ShopID: 1, ReservationID: "short", Lines: []Line{
+		{ItemID: 5, Quantity: 3, GroupIDs: []uint64{1}}, {ItemID: 5, Quantity: 3, GroupIDs: []uint64{1}}}}
+	if _, err := e.Reserve(t.Context(), p); !errors.Is(err, ErrInsufficientStock) {
+		t.Fatalf("reserve 3+3 of 5 = %v, want ErrInsufficientStock", err)
+	}
+	if a := checkBooks(t, db, StrategySkipLocked, key, 5, 0); a.held != 0 {
+		t.Errorf("held %d after a failed reserve", a.held)
+	}
+	// A line that can move on gives way to one that cannot.
+	receive(t, e, ItemKey{1, 5, 2}, 5)
+	p.ReservationID = "moves"
+	p.Lines[0].GroupIDs = []uint64{1, 2}
+	res, err := e.Reserve(t.Context(), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sumLines(res.Lines) != 6 {
+		t.Errorf("lines %+v, want 6 units", res.Lines)
+	}
+	checkBooks(t, db, StrategySkipLocked, key, 5, 0)
+	checkBooks(t, db, StrategySkipLocked, ItemKey{1, 5, 2}, 5, 0)
+}
+
+// TestDeleteUnitsCountsRows: deleting units that are not there (or the same
+// unit twice) is an error, never a hold on units nobody took.
+func TestDeleteUnitsCountsRows(t *testing.T) {
+	e, _ := setup(t, Config{PoolSize: 10})
+	ctx := t.Context()
+	key := ItemKey{1, 9, 1}
+	receive(t, e, key, 3)
+	if _, err := e.Refill(ctx, key); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := e.begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	rows, err := tx.QueryContext(ctx, removeUnitsSelect, key.ShopID, key.ItemID, key.GroupID, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids, err := scanIDs(rows)
+	if err != nil || len(ids) != 3 {
+		t.Fatalf("ids %v, %v", ids, err)
+	}
+	if err := deleteUnits(ctx, tx, append(ids, ids[0])); err == nil {
+		t.Fatal("deleting 3 units listed 4 times succeeded")
+	}
+}
+
+func sumLines(lines []ReservedLine) int64 {
+	var n int64
+	for _, l := range lines {
+		n += l.Quantity
+	}
+	return n
+}

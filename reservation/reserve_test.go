@@ -2,6 +2,7 @@ package reservation
 
 import (
 	"errors"
+	"slices"
 	"testing"
 	"time"
 )
@@ -116,6 +117,72 @@ func TestReserveSameKeyShort(t *testing.T) {
 	}
 	checkBooks(t, db, StrategySkipLocked, key, 5, 0)
 	checkBooks(t, db, StrategySkipLocked, ItemKey{1, 5, 2}, 5, 0)
+}
+
+// TestReserveGroupFallback: a line takes what its first location group has
+// and the rest from the next.
+func TestReserveGroupFallback(t *testing.T) {
+	for _, s := range []Strategy{StrategySkipLocked, StrategyForUpdate, StrategyCounter} {
+		for _, tc := range []struct {
+			name  string
+			first int64 // stock of group 1; -1: no ledger row; -2: stocked, then adjusted to 0
+			want  []ReservedLine
+		}{
+			{name: "first short", first: 2, want: []ReservedLine{{6, 1, 2}, {6, 2, 3}}},
+			{name: "first covers", first: 9, want: []ReservedLine{{6, 1, 5}}},
+			{name: "first unknown", first: -1, want: []ReservedLine{{6, 2, 5}}},
+			{name: "first empty", first: -2, want: []ReservedLine{{6, 2, 5}}},
+		} {
+			t.Run(string(s)+"/"+tc.name, func(t *testing.T) {
+				e, db := setup(t, Config{Strategy: s, PoolSize: 10})
+				ctx := t.Context()
+				g1, g2 := ItemKey{1, 6, 1}, ItemKey{1, 6, 2}
+				switch {
+				case tc.first > 0:
+					receive(t, e, g1, tc.first)
+				case tc.first == -2:
+					receive(t, e, g1, 4)
+					if _, err := e.Reserve(ctx, cart("warm", g1, 1)); err != nil { // pools the units
+						t.Fatal(err)
+					}
+					if err := e.Release(ctx, 1, "warm"); err != nil {
+						t.Fatal(err)
+					}
+					if err := e.Adjust(ctx, StockParams{ItemKey: g1, Quantity: -4}); err != nil {
+						t.Fatal(err)
+					}
+				}
+				receive(t, e, g2, 10)
+				p := ReserveParams{ShopID: 1, ReservationID: "r", Lines: []Line{{ItemID: 6, Quantity: 5, GroupIDs: []uint64{1, 2}}}}
+				res, err := e.Reserve(ctx, p)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got := slices.Clone(res.Lines)
+				slices.SortFunc(got, func(a, b ReservedLine) int { return int(a.GroupID) - int(b.GroupID) })
+				if !slices.Equal(got, tc.want) {
+					t.Errorf("lines %+v, want %+v", got, tc.want)
+				}
+				if err := e.Claim(ctx, 1, "r"); err != nil {
+					t.Fatal(err)
+				}
+				var claimed1 int64
+				for _, l := range tc.want {
+					if l.GroupID == 1 {
+						claimed1 = l.Quantity
+					}
+				}
+				checkBooks(t, db, s, g1, max(tc.first, 0), claimed1)
+				checkBooks(t, db, s, g2, 10, 5-claimed1)
+				// Both groups together cannot cover one more than they have.
+				p.ReservationID = "too-many"
+				p.Lines[0].Quantity = max(tc.first, 0) + 10 - 5 + 1
+				if _, err := e.Reserve(ctx, p); !errors.Is(err, ErrInsufficientStock) {
+					t.Errorf("reserve beyond both groups = %v, want ErrInsufficientStock", err)
+				}
+			})
+		}
+	}
 }
 
 // TestDeleteUnitsCountsRows: deleting units that are not there (or the same

@@ -88,6 +88,13 @@ func (c commenter) inject(query, comment string) string {
 		}
 		return query[:at] + comment + query[at:]
 	case FormatSQLCommenter:
+		// The sqlcommenter specification: a statement that already has a
+		// comment MUST NOT be changed. A trailing -- or # comment would also
+		// swallow an appended one. (A literal containing these is left
+		// alone too: the safe side.)
+		if strings.Contains(query, "/*") || strings.Contains(query, "--") || strings.IndexByte(query, '#') >= 0 {
+			return query
+		}
 		end := len(query)
 		for end > 0 && isSpace(query[end-1]) {
 			end--

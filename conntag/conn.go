@@ -77,7 +77,7 @@ func (c *conn) PrepareContext(ctx context.Context, query string) (driver.Stmt, e
 	if err != nil {
 		return nil, err
 	}
-	return &stmt{inner: st, conn: c, query: query, sent: sent}, nil
+	return &stmt{inner: st, conn: c, op: operationOf(query), sent: sent}, nil
 }
 
 func (c *conn) Close() error {
@@ -186,8 +186,12 @@ func (c *conn) Ping(ctx context.Context) error {
 // ResetSession is how database/sql tells a driver that a pooled connection
 // is being borrowed again, with the borrower's context: the hold starts.
 func (c *conn) ResetSession(ctx context.Context) error {
+	var err error
 	if sr, ok := c.inner.(driver.SessionResetter); ok {
-		if err := sr.ResetSession(ctx); err != nil {
+		err = sr.ResetSession(ctx)
+		// database/sql drops the connection only on ErrBadConn; with any
+		// other error it still hands the connection out, so the hold starts.
+		if errors.Is(err, driver.ErrBadConn) {
 			return err
 		}
 	}
@@ -198,7 +202,7 @@ func (c *conn) ResetSession(ctx context.Context) error {
 			c.in.borrow(ctx, c, nil)
 		}
 	}
-	return nil
+	return err
 }
 
 // IsValid is how database/sql asks, as a connection goes back to the pool,

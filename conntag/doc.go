@@ -25,11 +25,16 @@
 // before the first keyword; executable comments (/*!…*/) and optimizer hints
 // stay where they are. A statement that already starts with a conn_tag
 // comment is left alone. WithFormat(FormatSQLCommenter) appends the
-// sqlcommenter form instead; WithStaticAttributes adds fixed key/values.
+// sqlcommenter form instead, and, as that specification requires, leaves a
+// statement that already contains a comment untouched; WithStaticAttributes
+// adds fixed key/values.
 //
 // Prepared statements carry the tag of the context that prepared them: the
-// text is fixed at prepare time. Each execution is still measured under the
-// tag of its own context. BEGIN and COMMIT are sent by the driver itself and
+// text is fixed at prepare time. A *sql.Stmt prepared on a *sql.DB is
+// prepared again on each connection it runs on, by database/sql, with the
+// context of the execution that needed it there, so its text carries that
+// context's tag on that connection. Each execution is measured under the tag
+// of its own context either way. BEGIN and COMMIT are sent by the driver itself and
 // carry no comment; conntag counts them for the transaction's tag, and
 // holdtime's collector attributes them to the transaction they belong to.
 // Nothing high-cardinality (trace ids, user ids) is put into statement text:

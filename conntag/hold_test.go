@@ -136,9 +136,11 @@ func TestConcurrentTagsAttributed(t *testing.T) {
 	}
 }
 
-// TestBadConnRetried kills the pool's only connection server-side: the
-// next statement fails on it with driver.ErrBadConn, which the wrapper must
-// return untouched so that database/sql retries on a new connection.
+// TestBadConnRetried kills the pool's only connection server-side. When
+// database/sql borrows it again, the driver's ResetSession finds it dead
+// (go-sql-driver's liveness check) and answers driver.ErrBadConn, which the
+// wrapper must return untouched so that database/sql retries on a new
+// connection; the dead connection's hold must not stay open.
 func TestBadConnRetried(t *testing.T) {
 	f := newFixture(t)
 	f.db.SetMaxOpenConns(1)
@@ -237,17 +239,27 @@ func TestLongHoldReported(t *testing.T) {
 	if !strings.Contains(h.Acquirer, "TestLongHoldReported") {
 		t.Errorf("acquirer stack does not name the test:\n%s", h.Acquirer)
 	}
-	// A short hold is not reported.
-	if _, err := f.db.ExecContext(ctx, "SELECT 1"); err != nil {
+	// A short hold is not reported: hold one briefly, then a long one as a
+	// barrier. The short hold started first with the same threshold, so a
+	// report of it would arrive before the barrier's.
+	if _, err := f.db.ExecContext(WithTag(context.Background(), "short"), "SELECT 1"); err != nil {
 		t.Fatal(err)
 	}
-	if got := f.metrics(t)["holdtime.connection.long_holds"]["leaky"].sum; got != 1 {
-		t.Errorf("long holds counted = %v, want 1", got)
+	barrier, err := f.db.BeginTx(WithTag(context.Background(), "barrier"), nil)
+	if err != nil {
+		t.Fatal(err)
 	}
+	defer barrier.Rollback()
 	select {
-	case extra := <-reports:
-		t.Errorf("unexpected second report %+v", extra)
-	default:
+	case h := <-reports:
+		if h.Tag != "barrier" {
+			t.Errorf("reported %+v, want only the barrier's long hold", h)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no report of the barrier's long hold")
+	}
+	if got := f.metrics(t)["holdtime.connection.long_holds"]["leaky"].sum; got != 1 {
+		t.Errorf("long holds counted for leaky = %v, want 1", got)
 	}
 }
 

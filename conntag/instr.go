@@ -40,11 +40,11 @@ type instr struct {
 	com   commenter
 	epoch time.Time // monotonic origin of the int64 timestamps
 
-	tagMu    sync.Mutex // serialises creation of tag states
-	tags     sync.Map   // tag name -> *tagState, at most cfg.maxTags entries
-	ntags    int        // guarded by tagMu
-	overflow *tagState  // metrics of tags past the cap
-	deflt    *tagState  // the default tag
+	tagMu    sync.Mutex   // serialises creation of tag states
+	tags     sync.Map     // tag name -> *tagState, at most cfg.maxTags entries
+	ntags    atomic.Int64 // entries in tags
+	overflow *tagState    // metrics of tags past the cap
+	deflt    *tagState    // the default tag
 
 	measure bool // metrics, spans or long holds are on
 
@@ -137,18 +137,30 @@ func (in *instr) stateNamed(name string) *tagState {
 	if v, ok := in.tags.Load(name); ok {
 		return v.(*tagState)
 	}
+	// Past the cap nothing is kept and no lock is taken: a caller that puts
+	// ids into tags pays its own way without slowing everyone down.
+	if in.ntags.Load() >= int64(in.cfg.maxTags) {
+		return in.overflowState(name)
+	}
 	in.tagMu.Lock()
 	defer in.tagMu.Unlock()
 	if v, ok := in.tags.Load(name); ok {
 		return v.(*tagState)
 	}
-	if in.ntags >= in.cfg.maxTags {
-		return &tagState{owner: in, name: name, comment: in.com.comment(name), metrics: in.overflow, spanAttr: AttrConnTag.String(name)}
+	if in.ntags.Load() >= int64(in.cfg.maxTags) {
+		return in.overflowState(name)
 	}
 	ts := in.newTagState(name)
 	in.tags.Store(name, ts)
-	in.ntags++
+	in.ntags.Add(1)
 	return ts
+}
+
+// overflowState is a throwaway state for a tag past the cap: the statement
+// text keeps the tag, the metrics go to "other". The context caches it, so a
+// request pays for it once, not per statement.
+func (in *instr) overflowState(name string) *tagState {
+	return &tagState{owner: in, name: name, comment: in.com.comment(name), metrics: in.overflow, spanAttr: AttrConnTag.String(name)}
 }
 
 func (in *instr) newTagState(name string) *tagState {
@@ -212,8 +224,13 @@ type stmtStart struct {
 
 // startStmt is called before a driver call that is a statement.
 func (in *instr) startStmt(ctx context.Context, c *conn, ts *tagState, rawQuery, sent string) (stmtStart, context.Context) {
+	return in.startOp(ctx, c, ts, operationOf(rawQuery), sent)
+}
+
+// startOp is startStmt for a statement whose operation is known.
+func (in *instr) startOp(ctx context.Context, c *conn, ts *tagState, o op, sent string) (stmtStart, context.Context) {
 	in.ensureHold(ctx, c, ts)
-	s := stmtStart{at: in.now(), ts: ts, op: operationOf(rawQuery)}
+	s := stmtStart{at: in.now(), ts: ts, op: o}
 	if in.tracer != nil {
 		attrs := []attribute.KeyValue{ts.spanAttr, attrSystem.String(in.cfg.dbSystem), attrOpName.String(opNames[s.op])}
 		if in.cfg.queryText {

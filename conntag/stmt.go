@@ -10,7 +10,7 @@ import (
 type stmt struct {
 	inner driver.Stmt
 	conn  *conn
-	query string // as the caller wrote it, for the operation name
+	op    op     // the statement's operation, found once at prepare
 	sent  string // with the tag comment
 }
 
@@ -40,7 +40,7 @@ func (s *stmt) ExecContext(ctx context.Context, args []driver.NamedValue) (drive
 	if !in.measure {
 		return s.execInner(ctx, args)
 	}
-	st, sctx := in.startStmt(ctx, s.conn, in.stateFor(ctx), s.query, s.sent)
+	st, sctx := in.startOp(ctx, s.conn, in.stateFor(ctx), s.op, s.sent)
 	res, err := s.execInner(sctx, args)
 	in.endStmt(s.conn, st, err)
 	return res, err
@@ -67,7 +67,7 @@ func (s *stmt) QueryContext(ctx context.Context, args []driver.NamedValue) (driv
 	if !in.measure {
 		return s.queryInner(ctx, args)
 	}
-	st, sctx := in.startStmt(ctx, s.conn, in.stateFor(ctx), s.query, s.sent)
+	st, sctx := in.startOp(ctx, s.conn, in.stateFor(ctx), s.op, s.sent)
 	rows, err := s.queryInner(sctx, args)
 	if err != nil {
 		in.endStmt(s.conn, st, err)

@@ -83,6 +83,11 @@ func TestCommentFormats(t *testing.T) {
 			t.Errorf("sqlcommenter(%q) = %q, want %q", in, got, want)
 		}
 	}
+	for _, q := range []string{"SELECT 1 -- note", "SELECT /*+ NO_INDEX(t) */ 1", "SELECT 1 # note", "/* app */ SELECT 1"} {
+		if got := s.inject(q, s.comment("t")); got != q {
+			t.Errorf("sqlcommenter changed a statement that has a comment: %q -> %q", q, got)
+		}
+	}
 	if got := newCommenter(FormatSQLCommenter, nil).comment("a:b"); got != " /*conn_tag='a%3Ab'*/" {
 		t.Errorf("sqlcommenter escapes values: %q", got)
 	}

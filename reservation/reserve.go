@@ -192,6 +192,13 @@ func (e *Engine) reserveOnce(ctx context.Context, p ReserveParams, parts []part,
 	}
 	if p.InTx != nil {
 		if err := p.InTx(ctx, tx); err != nil {
+			// A deadlock or lock wait timeout in the caller's work rolls the
+			// attempt back like one in ours: retry it. Any other error, a
+			// duplicate key included (the caller's row, not a retry of this
+			// reservation), aborts Reserve as is.
+			if c := classify(err); errors.Is(c, ErrRetryable) {
+				err = c
+			}
 			return nil, fmt.Errorf("InTx: %w", err)
 		}
 	}

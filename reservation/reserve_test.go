@@ -1,10 +1,14 @@
 package reservation
 
 import (
+	"context"
+	"database/sql"
 	"errors"
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/go-sql-driver/mysql"
 )
 
 // TestReserveSameKeyTwice: two parts of one cart on the same item/group must
@@ -182,6 +186,49 @@ func TestReserveGroupFallback(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestReserveRetriesInTxDeadlock: a deadlock or lock wait timeout in the
+// caller's in-transaction work is retried like one in the engine's own
+// statements; other errors, a duplicate key of the caller's included, abort
+// Reserve with the caller's error.
+func TestReserveRetriesInTxDeadlock(t *testing.T) {
+	e, db := setup(t, Config{PoolSize: 10})
+	ctx := t.Context()
+	key := ItemKey{1, 8, 1}
+	receive(t, e, key, 10)
+
+	calls := 0
+	p := cart("deadlocked-once", key, 2)
+	p.InTx = func(context.Context, *sql.Tx) error {
+		calls++
+		if calls == 1 {
+			return &mysql.MySQLError{Number: 1213, Message: "Deadlock found when trying to get lock"}
+		}
+		return nil
+	}
+	if _, err := e.Reserve(ctx, p); err != nil {
+		t.Fatalf("reserve after a deadlock in InTx: %v", err)
+	}
+	if calls != 2 {
+		t.Errorf("InTx ran %d times, want 2", calls)
+	}
+
+	for _, callerErr := range []error{
+		errors.New("order rejected"),
+		&mysql.MySQLError{Number: 1062, Message: "Duplicate entry 'o-1' for key 'PRIMARY'"},
+	} {
+		p := cart("fails", key, 1)
+		calls := 0
+		p.InTx = func(context.Context, *sql.Tx) error { calls++; return callerErr }
+		_, err := e.Reserve(ctx, p)
+		if !errors.Is(err, callerErr) || errors.Is(err, ErrRetryable) || errors.Is(err, ErrNotFound) || calls != 1 {
+			t.Errorf("InTx error %v: Reserve = %v after %d calls, want the caller's error after 1", callerErr, err, calls)
+		}
+	}
+	if a := checkBooks(t, db, StrategySkipLocked, key, 10, 0); a.held != 2 {
+		t.Errorf("held %d, want 2", a.held)
 	}
 }
 

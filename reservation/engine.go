@@ -75,14 +75,18 @@ func (e *Engine) Config() Config { return e.cfg }
 // Stats are the engine's cumulative counters since New, for harnesses and
 // tests; the same figures are exported as metrics.
 type Stats struct {
-	Reserves      int64 // successful reserves
-	Claims        int64 // successful claims (first time)
-	Releases      int64
-	Expired       int64 // holds returned to the pool by expiry
-	Retries       int64 // attempts repeated after a retryable error or contention
-	ShortReads    int64 // unit fetches that returned fewer units than asked
-	UnitsSkipped  int64 // units asked for but not returned by those fetches
-	InlineRefills int64 // refills that added units on the reserve path
+	Reserves     int64 // successful reserves
+	Claims       int64 // successful claims (first time)
+	Releases     int64
+	Expired      int64 // holds returned to the pool by expiry
+	Retries      int64 // attempts repeated after a retryable error or contention
+	ShortReads   int64 // unit fetches that returned fewer units than asked
+	UnitsSkipped int64 // units asked for but not returned by those fetches
+	// InlineRefills counts the refills a short reserve ran (and waited
+	// for), whether or not they added units, like the metric
+	// holdtime.reservation.refills{mode=inline}; RefilledUnits counts what
+	// refills added.
+	InlineRefills int64
 	RefilledUnits int64 // units added to pools by any refill
 }
 

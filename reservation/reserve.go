@@ -348,13 +348,11 @@ func (e *Engine) replan(ctx context.Context, p ReserveParams, parts []part, shor
 		start := time.Now()
 		st, added, err := e.refill(ctx, key, want[k])
 		e.metrics.refillWait(ctx, time.Since(start))
+		e.stats.inlineRefills.Add(1)
 		if err != nil {
 			return parts, err
 		}
-		if added > 0 {
-			refilled = true
-			e.stats.inlineRefills.Add(1)
-		}
+		refilled = refilled || added > 0
 		sellable := max(st.sellable(), 0)
 		if sellable >= want[k] {
 			for _, i := range on {

@@ -108,6 +108,18 @@ func TestReserveSameKeyShort(t *testing.T) {
 	if a := checkBooks(t, db, StrategySkipLocked, key, 5, 0); a.held != 0 {
 		t.Errorf("held %d after a failed reserve", a.held)
 	}
+	// One inline refill ran and pooled all 5 units; the ledger then said no.
+	if st := e.Stats(); st.InlineRefills != 1 || st.RefilledUnits != 5 {
+		t.Errorf("inline refills %d (want 1), refilled units %d (want 5)", st.InlineRefills, st.RefilledUnits)
+	}
+	// Another reserve finds the pool short again: its inline refill adds
+	// nothing, and is counted all the same.
+	if _, err := e.Reserve(t.Context(), cart("seven", key, 7)); !errors.Is(err, ErrInsufficientStock) {
+		t.Fatalf("reserve 7 of 5 = %v, want ErrInsufficientStock", err)
+	}
+	if st := e.Stats(); st.InlineRefills != 2 || st.RefilledUnits != 5 {
+		t.Errorf("inline refills %d (want 2), refilled units %d (want 5)", st.InlineRefills, st.RefilledUnits)
+	}
 	// A line that can move on gives way to one that cannot.
 	receive(t, e, ItemKey{1, 5, 2}, 5)
 	p.ReservationID = "moves"

@@ -78,7 +78,7 @@ type Report struct {
 	SoldOut     int64 // buyers turned away by the ledger
 	Abandoned   int64
 	Retries     int64
-	Refills     int64 // inline refills that added units
+	Refills     int64 // inline refills run by short reserves, whether or not they added units
 	ShortReads  int64
 	FailedCalls int64 // reserves and claims that returned an unexpected error
 }

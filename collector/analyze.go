@@ -50,6 +50,10 @@ func Analyze(ctx context.Context, cfg AnalyzeConfig) (*Report, error) {
 		return nil, ErrNoInput
 	}
 	agg := NewAggregator(cfg)
+	if cfg.Attributor.MaxTags == 0 {
+		// Never lump tags the report itself would keep apart.
+		cfg.Attributor.MaxTags = max(defaultMaxInternedTags, cfg.MaxTags)
+	}
 	attr := NewAttributor(cfg.Attributor, agg.AddHold)
 	var events *EventsReader
 	if len(cfg.EventsLogs) > 0 {

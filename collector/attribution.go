@@ -87,7 +87,17 @@ type AttributorConfig struct {
 	// connection inside a transaction would otherwise hold forever and keep
 	// memory. Default 10 minutes.
 	SessionTimeoutUS int64
+	// MaxTags caps the distinct tags the Attributor keeps: holds of further
+	// tags get OverflowTag, counted by Overflow, so that a flood of bogus
+	// tags in the log cannot grow memory for the life of the process.
+	// Default 10,000.
+	MaxTags int
 }
+
+// defaultMaxInternedTags is the default cap on the distinct tags the
+// Attributor and the SampleAttributor keep: ten times the store's default
+// cap, so it only binds under a flood.
+const defaultMaxInternedTags = 10_000
 
 // Attributor turns events, in log order, into holds. It keeps state per open
 // session only: memory grows with sessions and tags, never with input length.
@@ -100,6 +110,7 @@ type Attributor struct {
 	tagBuf   []byte
 	nowUS    int64 // latest end time seen
 	events   int64
+	overflow int64 // tags that went to OverflowTag
 	lastGC   int64
 }
 
@@ -124,6 +135,9 @@ func NewAttributor(cfg AttributorConfig, emit func(*Hold)) *Attributor {
 	if cfg.SessionTimeoutUS == 0 {
 		cfg.SessionTimeoutUS = 10 * 60 * 1e6
 	}
+	if cfg.MaxTags == 0 {
+		cfg.MaxTags = defaultMaxInternedTags
+	}
 	return &Attributor{
 		cfg:      cfg,
 		emit:     emit,
@@ -136,10 +150,19 @@ func NewAttributor(cfg AttributorConfig, emit func(*Hold)) *Attributor {
 // OpenSessions is the number of sessions the Attributor keeps state for.
 func (a *Attributor) OpenSessions() int { return len(a.sessions) }
 
-// intern returns a string for b, allocating once per distinct tag.
+// Overflow is how many times a tag went to OverflowTag because
+// AttributorConfig.MaxTags distinct tags were already kept.
+func (a *Attributor) Overflow() int64 { return a.overflow }
+
+// intern returns a string for b, allocating once per distinct tag, or
+// OverflowTag beyond the cap.
 func (a *Attributor) intern(b []byte) string {
 	if s, ok := a.tags[string(b)]; ok {
 		return s
+	}
+	if len(a.tags) >= a.cfg.MaxTags {
+		a.overflow++
+		return OverflowTag
 	}
 	s := string(b)
 	a.tags[s] = s
@@ -292,7 +315,7 @@ func (a *Attributor) noteTag(s *session, tag []byte, tagged, statement bool) {
 	switch {
 	case tagged && s.cur.Tag == "":
 		s.cur.Tag = a.intern(tag)
-	case tagged && string(tag) != s.cur.Tag:
+	case tagged && string(tag) != s.cur.Tag && s.cur.Tag != OverflowTag:
 		s.cur.MixedTags = true
 	case !tagged && statement:
 		s.sawUntagged = true

@@ -1,6 +1,7 @@
 package collector
 
 import (
+	"slices"
 	"testing"
 )
 
@@ -141,5 +142,18 @@ func TestClassify(t *testing.T) {
 		if class != tt.class || pins != tt.pins {
 			t.Errorf("classify(%q) = %v, %v; want %v, %v", tt.q, class, pins, tt.class, tt.pins)
 		}
+	}
+}
+
+func TestAttributorCapsTags(t *testing.T) {
+	var tags []string
+	a := NewAttributor(AttributorConfig{MaxTags: 2}, func(h *Hold) { tags = append(tags, h.Tag) })
+	for i, q := range []string{"/* conn_tag:a */ SELECT 1", "/* conn_tag:b */ SELECT 1", "/* conn_tag:c */ SELECT 1",
+		"/* conn_tag:a */ SELECT 1", "/* conn_tag:d */ SELECT 1"} {
+		e := ev(1, int64(i*100), int64(i*100+10), q)
+		a.Add(&e)
+	}
+	if want := []string{"a", "b", OverflowTag, "a", OverflowTag}; !slices.Equal(tags, want) || a.Overflow() != 2 {
+		t.Errorf("tags %v, overflow %d; want %v, 2", tags, a.Overflow(), want)
 	}
 }

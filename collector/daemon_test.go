@@ -430,43 +430,60 @@ func TestServerRestart(t *testing.T) {
 }
 
 // TestFloodOfBogusTags feeds 1M distinct tags through the processlist
-// state machine, the store and the OTLP path: memory stays bounded.
+// state machine, the events log attribution, the store and the OTLP path:
+// memory stays bounded.
 func TestFloodOfBogusTags(t *testing.T) {
-	const sessions, samples = 2000, 500 // 1M rows, each with a new tag
-	st := newStore(100, time.Now)
-	ps := newProxySQLSessions("px", st, ProcesslistConfig{}, false, false, time.Second)
-	rows := make([]ProcesslistRow, sessions)
-	for i := range rows {
-		rows[i] = ProcesslistRow{SessionID: int64(i), SrvHost: sql.NullString{String: "db", Valid: true},
-			Info: sql.NullString{Valid: true}}
-	}
-	var before, after runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&before)
-	at := time.Unix(1_800_000_000, 0)
-	buf := make([]byte, 0, 64)
-	n := 0
-	for s := range samples {
-		for i := range rows {
-			buf = fmt.Appendf(buf[:0], "/* conn_tag:bogus_%d */ SELECT 1", n)
-			rows[i].Info.String = string(buf)
-			n++
+	const sessions, samples = 2000, 500 // 1M rows or events, each with a new tag
+	for _, withEvents := range []bool{false, true} {
+		name, src := "processlist", SourceProxySQLProcesslist
+		if withEvents {
+			name, src = "events log", SourceProxySQLEvents
 		}
-		ps.sample(at.Add(time.Duration(s)*100*time.Millisecond), rows)
-	}
-	runtime.GC()
-	runtime.ReadMemStats(&after)
-	sr := st.series[seriesKey{"px", SourceProxySQLProcesslist}]
-	growth := int64(after.HeapAlloc) - int64(before.HeapAlloc)
-	t.Logf("%d distinct tags: %d kept, overflow count %.0f, heap growth %.1f MiB", n, len(sr.tags), sr.overflow, float64(growth)/(1<<20))
-	if len(sr.tags) > 101 {
-		t.Errorf("%d tags kept, cap 100 (+overflow)", len(sr.tags))
-	}
-	if sr.overflow == 0 || sr.tags[OverflowTag] == nil {
-		t.Errorf("overflow not counted")
-	}
-	if growth > 64<<20 {
-		t.Errorf("heap grew %d MiB over 1M bogus tags", growth>>20)
+		t.Run(name, func(t *testing.T) {
+			st := newStore(100, time.Now)
+			ps := newProxySQLSessions("px", st, ProcesslistConfig{}, withEvents, false, time.Second)
+			rows := make([]ProcesslistRow, sessions)
+			for i := range rows {
+				rows[i] = ProcesslistRow{SessionID: int64(i), SrvHost: sql.NullString{String: "db", Valid: true},
+					Info: sql.NullString{Valid: !withEvents}}
+			}
+			var before, after runtime.MemStats
+			runtime.GC()
+			runtime.ReadMemStats(&before)
+			at := time.Unix(1_800_000_000, 0)
+			buf := make([]byte, 0, 64)
+			ev := Event{Type: EventQuery, Hostgroup: 0, Server: []byte("db:3306")}
+			n := 0
+			for s := range samples {
+				for i := range rows {
+					buf = fmt.Appendf(buf[:0], "/* conn_tag:bogus_%d */ SELECT 1", n)
+					if withEvents {
+						startUS := at.UnixMicro() + int64(s)*100_000 + int64(i)
+						ev.ThreadID, ev.StartUS, ev.EndUS, ev.Query = uint64(i), startUS, startUS+10, buf
+						ps.addEvent(&ev)
+					} else {
+						rows[i].Info.String = string(buf)
+					}
+					n++
+				}
+				ps.sample(at.Add(time.Duration(s)*100*time.Millisecond), rows)
+			}
+			runtime.GC()
+			runtime.ReadMemStats(&after)
+			sr := st.series[seriesKey{"px", src}]
+			growth := int64(after.HeapAlloc) - int64(before.HeapAlloc)
+			t.Logf("%d distinct tags: %d kept, overflow count %.0f, heap growth %.1f MiB", n, len(sr.tags), sr.overflow, float64(growth)/(1<<20))
+			if len(sr.tags) > 101 {
+				t.Errorf("%d tags kept, cap 100 (+overflow)", len(sr.tags))
+			}
+			if sr.overflow < float64(n-100) || sr.tags[OverflowTag] == nil {
+				t.Errorf("overflow counted %.0f times, want %d", sr.overflow, n-100)
+			}
+			if growth > 32<<20 {
+				t.Errorf("heap grew %d MiB over 1M bogus tags", growth>>20)
+			}
+			runtime.KeepAlive(ps)
+		})
 	}
 }
 

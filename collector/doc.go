@@ -90,7 +90,9 @@
 //
 // Memory: per (target, source) at most Config.MaxTags tags (further ones go
 // to OverflowTag, counted), about 3 KiB each for the 10 s/1 m/5 m windows;
-// session state follows live sessions.
+// session state follows live sessions. The events log and processlist
+// attribution keep at most 10,000 distinct tag strings; in the events log,
+// further tags go to OverflowTag, counted in the overflow total.
 //
 // # Metrics
 //

@@ -579,7 +579,7 @@ func (s *SampleAttributor) intern(b []byte) string {
 	if t, ok := s.tags[string(b)]; ok {
 		return t
 	}
-	if len(s.tags) > 10000 {
+	if len(s.tags) >= defaultMaxInternedTags {
 		return string(b) // keep memory bounded under a flood of bogus tags
 	}
 	t := string(b)

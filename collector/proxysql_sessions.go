@@ -147,6 +147,7 @@ type proxysqlSessions struct {
 	sessions map[string]int
 	pinned   map[[2]string]int
 	events   map[string]*tagDelta // events log holds, flushed per sample
+	overflow int64                // attr.Overflow() already counted in the store
 }
 
 // sessionHint is what an app hold span says: the session held a backend for
@@ -390,8 +391,7 @@ func (p *proxysqlSessions) flush() {
 	p.st.add(p.target, SourceProxySQLProcesslist, p.batch)
 	clear(p.batch)
 	if p.attr != nil {
-		p.st.add(p.target, SourceProxySQLEvents, p.events)
-		clear(p.events)
+		p.flushEventsLocked()
 	}
 	p.st.setGauges(p.target, SourceProxySQLProcesslist, func(sr *series, g *gauges) {
 		g.sessions = make(map[string]int, len(p.sessions))
@@ -410,8 +410,16 @@ func (p *proxysqlSessions) flush() {
 func (p *proxysqlSessions) flushEvents() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.flushEventsLocked()
+}
+
+func (p *proxysqlSessions) flushEventsLocked() {
 	p.st.add(p.target, SourceProxySQLEvents, p.events)
 	clear(p.events)
+	if n := p.attr.Overflow(); n > p.overflow {
+		p.st.overflowed(p.target, SourceProxySQLEvents, n-p.overflow)
+		p.overflow = n
+	}
 }
 
 // finish credits the last sample and closes every open hold: the end of a

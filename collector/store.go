@@ -293,6 +293,16 @@ func (s *store) register(target string, source Source) {
 	s.get(target, source)
 }
 
+// overflowed counts n observations a source already sent to OverflowTag.
+func (s *store) overflowed(target string, source Source, n int64) {
+	if n == 0 {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.get(target, source).overflow += float64(n)
+}
+
 func (s *store) malformed(target string, source Source, n int) {
 	if n == 0 {
 		return

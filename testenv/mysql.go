@@ -171,7 +171,7 @@ func StartMySQL(ctx context.Context, opts MySQLOptions) (*MySQLServer, error) {
 var errPortTaken = errors.New("port taken")
 
 func startOnce(ctx context.Context, info binaryInfo, opts MySQLOptions, noCache bool) (_ *MySQLServer, err error) {
-	dir, err := os.MkdirTemp("", dirPrefix)
+	dir, err := os.MkdirTemp(socketSafeTempDir(), dirPrefix)
 	if err != nil {
 		return nil, fmt.Errorf("testenv: %w", err)
 	}
@@ -249,6 +249,11 @@ func serverArgs(info binaryInfo, dir string, port int) []string {
 	}
 	if info.flavor == MySQL {
 		args = append(args, "--disable-log-bin", "--mysqlx=OFF")
+		if info.major > 8 || info.major == 8 && info.minor >= 4 {
+			// ProxySQL 2.x logs in to backends with mysql_native_password,
+			// off by default since MySQL 8.4.
+			args = append(args, "--mysql-native-password=ON")
+		}
 	} else {
 		args = append(args, "--innodb-log-file-size="+mariadbLogFileSize)
 	}
@@ -261,6 +266,16 @@ func serverArgs(info binaryInfo, dir string, port int) []string {
 // mariadbLogFileSize is used at initialisation and at start, so the server
 // never resizes the redo log while a test waits.
 const mariadbLogFileSize = "64M"
+
+// socketSafeTempDir is os.TempDir unless that is too long for a unix socket
+// path (108 bytes on Linux, with room for our folder and file names), then
+// /tmp.
+func socketSafeTempDir() string {
+	if d := os.TempDir(); len(d) <= 60 {
+		return d
+	}
+	return "/tmp"
+}
 
 func freePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")

@@ -91,7 +91,11 @@ func StartPrometheus(ctx context.Context, opts PrometheusOptions) (_ *Prometheus
 		"--web.listen-address="+net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
 		"--storage.tsdb.retention.time=1d",
 	)
-	logFile, _ := os.Create(filepath.Join(dir, "prometheus.log"))
+	logFile, err := os.Create(filepath.Join(dir, "prometheus.log"))
+	if err != nil {
+		return nil, fmt.Errorf("testenv: %w", err)
+	}
+	defer logFile.Close() // the child has its own descriptor
 	p.cmd.Stdout, p.cmd.Stderr = logFile, logFile
 	setDeathSignal(p.cmd)
 	if err := p.cmd.Start(); err != nil {

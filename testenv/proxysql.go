@@ -106,6 +106,12 @@ func StartProxySQL(ctx context.Context, opts ProxySQLOptions) (_ *ProxySQL, err 
 	if opts.Backend == nil {
 		return nil, fmt.Errorf("testenv: StartProxySQL needs a Backend")
 	}
+	// ProxySQL logs in to the backend with an account StartProxySQL creates.
+	// On a server it did not start (HOLDTIME_MYSQL_DSN) that would leave an
+	// account with every privilege behind, reachable from 127.0.0.1 only.
+	if opts.Backend.Server() == nil {
+		return nil, fmt.Errorf("testenv: ProxySQL runs only in front of a server testenv started, not the one %s names", DSNEnv)
+	}
 	ctx, cancel := context.WithTimeout(ctx, cmp.Or(opts.Timeout, 30*time.Second))
 	defer cancel()
 	reapLeftovers()
@@ -124,6 +130,9 @@ func StartProxySQL(ctx context.Context, opts ProxySQLOptions) (_ *ProxySQL, err 
 	}
 	appPort, err1 := freePort()
 	adminPort, err2 := freePort()
+	for err1 == nil && err2 == nil && adminPort == appPort {
+		adminPort, err2 = freePort()
+	}
 	if err1 != nil || err2 != nil {
 		return nil, fmt.Errorf("testenv: free port: %v %v", err1, err2)
 	}
@@ -145,9 +154,16 @@ func StartProxySQL(ctx context.Context, opts ProxySQLOptions) (_ *ProxySQL, err 
 		done:      make(chan struct{}),
 	}
 	// ProxySQL logs in to the backend as the app user with the same password.
+	// ProxySQL 2.x authenticates to backends with mysql_native_password,
+	// which MySQL 8 must be told to use (8.4 starts with it enabled by
+	// serverArgs); MariaDB uses it by default.
+	identified := "IDENTIFIED BY '" + p.AppPass + "'"
+	if opts.Backend.Flavor == MySQL {
+		identified = "IDENTIFIED WITH mysql_native_password BY '" + p.AppPass + "'"
+	}
 	for _, q := range []string{
-		"CREATE USER IF NOT EXISTS '" + p.AppUser + "'@'127.0.0.1' IDENTIFIED BY '" + p.AppPass + "'",
-		"ALTER USER '" + p.AppUser + "'@'127.0.0.1' IDENTIFIED BY '" + p.AppPass + "'",
+		"CREATE USER IF NOT EXISTS '" + p.AppUser + "'@'127.0.0.1' " + identified,
+		"ALTER USER '" + p.AppUser + "'@'127.0.0.1' " + identified,
 		"GRANT ALL PRIVILEGES ON *.* TO '" + p.AppUser + "'@'127.0.0.1'",
 	} {
 		if _, err := opts.Backend.Admin().ExecContext(ctx, q); err != nil {
@@ -170,11 +186,14 @@ func StartProxySQL(ctx context.Context, opts ProxySQLOptions) (_ *ProxySQL, err 
 	if err != nil {
 		return nil, fmt.Errorf("testenv: write %s: %w", cfgPath, err)
 	}
-	// -f: foreground; --initial: ignore any proxysql.db and take the file;
-	// --idle-threads off keeps one session per worker as the captures show.
+	// -f: foreground; --initial: ignore any proxysql.db and take the file.
 	p.cmd = exec.Command(bin, "-f", "--initial", "-c", cfgPath, "-D", dir)
-	p.cmd.Stdout, _ = os.Create(filepath.Join(dir, "stdout.log"))
-	p.cmd.Stderr = p.cmd.Stdout
+	logFile, err := os.Create(filepath.Join(dir, "stdout.log"))
+	if err != nil {
+		return nil, fmt.Errorf("testenv: %w", err)
+	}
+	defer logFile.Close() // the child has its own descriptor
+	p.cmd.Stdout, p.cmd.Stderr = logFile, logFile
 	setDeathSignal(p.cmd)
 	if err := p.cmd.Start(); err != nil {
 		return nil, fmt.Errorf("testenv: start proxysql: %w", err)

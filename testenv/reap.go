@@ -20,6 +20,10 @@ import (
 func reapLeftovers() {
 	for _, prefix := range []string{dirPrefix, proxysqlDirPrefix, prometheusDirPrefix} {
 		matches, _ := filepath.Glob(filepath.Join(os.TempDir(), prefix+"*"))
+		if socketSafeTempDir() != os.TempDir() {
+			more, _ := filepath.Glob(filepath.Join(socketSafeTempDir(), prefix+"*"))
+			matches = append(matches, more...)
+		}
 		for _, dir := range matches {
 			if ownerAlive(dir) {
 				continue

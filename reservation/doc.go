@@ -3,7 +3,8 @@
 // bounded pool, locked with SELECT … FOR UPDATE SKIP LOCKED in short READ
 // COMMITTED transactions, every statement tagged with conntag.
 //
-//	db, err := conntag.Open("mysql", dsn) // any *sql.DB works; conntag attributes hold time
+//	dsn := "app:secret@tcp(db:3306)/shop?interpolateParams=true" // one round trip per statement
+//	db, err := conntag.Open("mysql", dsn)                        // any *sql.DB works; conntag attributes hold time
 //	engine, err := reservation.New(db, reservation.Config{MeterProvider: mp})
 //	err = engine.Migrate(ctx)
 //	go engine.Run(ctx) // background refill and expiry
@@ -25,15 +26,49 @@
 // # Reserve
 //
 // One transaction per attempt: one statement fetches the units of every line
-// (UNION ALL of one SKIP LOCKED branch per line), one deletes them, two write
-// the hold, then Commit. Lock order everywhere: units, then reserved
-// quantities, then ledger; returning units to the pool inserts fresh rows,
-// which under READ COMMITTED wait on no lock. A short fetch does not mean
-// sold out: the engine refills the pool inline under the ledger row lock
-// (single flight: concurrent reserves queue on that lock and find the pool
-// full), and only the ledger (on_hand - held) can return
-// ErrInsufficientStock. A line whose first location group runs out
-// continues in the next.
+// (UNION ALL of one SKIP LOCKED branch per item and location group: lines
+// on the same item/group share one branch, because SKIP LOCKED does not skip
+// the rows the transaction itself has locked), one deletes them, two write
+// the hold, then Commit. A short fetch does not mean sold out: the engine
+// refills the pool inline under the ledger row lock (single flight:
+// concurrent reserves queue on that lock and find the pool full), and only
+// the ledger (on_hand - held) can return ErrInsufficientStock. A line whose
+// first location group runs out continues in the next.
+//
+// Round trips: the 4 statements plus BEGIN (database/sql sends SET
+// TRANSACTION ISOLATION LEVEL and START TRANSACTION) and COMMIT. Open the
+// pool with interpolateParams=true: without it go-sql-driver/mysql runs
+// every statement with arguments as prepare, execute and close, three round
+// trips where one does, all of them inside the transaction, holding its
+// locks. (The driver refuses interpolateParams with the multi-byte
+// charsets big5, gbk, sjis and cp932; use utf8mb4.)
+//
+// # Lock order
+//
+// Locking reads of units come first, before any other lock of the
+// transaction: a reserve locks units, then writes its reservation and
+// reserved quantities (an inline refill is a transaction of its own, run
+// after the short attempt rolled back); a negative
+// Adjust locks the ledger row before its units but takes those with SKIP
+// LOCKED, which never waits. Release, expiry and refill add units last,
+// after the reservation or ledger row lock, but only as fresh rows: under
+// READ COMMITTED an insert of a new auto-increment row takes no gap lock
+// and waits on no lock a reserve holds. So no transaction waits for a unit
+// while holding a lock another waits on, and units close no cycle.
+// Claims lock ledger rows in (item, group) order.
+//
+// # Server settings
+//
+// Unit inserts are multi-row INSERT … VALUES ("simple inserts"). Under
+// innodb_autoinc_lock_mode=1 (MariaDB's default) those take only a short
+// auto-increment mutex, but an INSERT … SELECT (bulk insert) takes the
+// table-level AUTO-INC lock until the statement ends, which serialises the
+// refills, releases and expiries of every item; and while one is held,
+// simple inserts queue behind it too. Code of your own that bulk-inserts
+// into inventory_reservation_units, or mode 0, brings that back. Prefer
+// innodb_autoinc_lock_mode=2 (MySQL 8's default): no table-level lock at
+// all. Mode 2 is safe with row-based or mixed binary logging, not with
+// binlog_format=STATEMENT.
 //
 // # Claim against expiry
 //
@@ -83,7 +118,7 @@
 //	holdtime.reservation.retries               holdtime_reservation_retries_total              counter; operation, reason=deadlock|lock_wait_timeout|connection_lost|contention|other
 //	holdtime.reservation.short_reads           holdtime_reservation_short_reads_total          counter: unit fetches that returned fewer units than asked
 //	holdtime.reservation.units.skipped         holdtime_reservation_units_skipped_total        counter: units asked for and not returned (locked by others or not pooled)
-//	holdtime.reservation.refills               holdtime_reservation_refills_total              counter; mode=inline|background
+//	holdtime.reservation.refills               holdtime_reservation_refills_total              counter; mode=inline|background: every refill run, whether it added units or not
 //	holdtime.reservation.refill.units          holdtime_reservation_refill_units_total         counter: units added to pools
 //	holdtime.reservation.refill.wait.duration  holdtime_reservation_refill_wait_duration_seconds histogram (s): reserve time spent in inline refill, lock wait included
 //	holdtime.reservation.expiries              holdtime_reservation_expiries_total             counter: holds expired

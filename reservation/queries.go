@@ -16,18 +16,11 @@ const (
 
 	deleteUnitsPrefix = `DELETE FROM inventory_reservation_units WHERE id IN (`
 
-	// Inserts up to 1,000 units for one item/group without recursion (MySQL
-	// caps recursive CTEs at 1,000 iterations by default) and without a
-	// table of numbers.
-	insertUnits = `INSERT INTO inventory_reservation_units (shop_id, inventory_item_id, inventory_group_id) ` +
-		`SELECT ?, ?, ? FROM ` +
-		`(SELECT 0 AS d UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL SELECT 4 ` +
-		`UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7 UNION ALL SELECT 8 UNION ALL SELECT 9) a CROSS JOIN ` +
-		`(SELECT 0 AS d UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL SELECT 4 ` +
-		`UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7 UNION ALL SELECT 8 UNION ALL SELECT 9) b CROSS JOIN ` +
-		`(SELECT 0 AS d UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL SELECT 4 ` +
-		`UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7 UNION ALL SELECT 8 UNION ALL SELECT 9) c LIMIT ?`
-	insertUnitsMax = 1000
+	// Inserts units for one item/group, one row of VALUES per unit, up to
+	// insertUnitsMax rows (3,000 parameters) per statement.
+	insertUnitsPrefix = `INSERT INTO inventory_reservation_units (shop_id, inventory_item_id, inventory_group_id) VALUES `
+	insertUnitsRow    = `(?, ?, ?)`
+	insertUnitsMax    = 1000
 
 	takeCounter = `UPDATE inventory_pool_counters SET available = available - ? ` +
 		`WHERE shop_id = ? AND inventory_item_id = ? AND inventory_group_id = ? AND available >= ?`

@@ -91,10 +91,25 @@ func (e *Engine) addToPool(ctx context.Context, tx *sql.Tx, key ItemKey, n int64
 		return classify(err)
 	}
 	// Fresh auto-increment rows: under READ COMMITTED the insert waits for
-	// no lock a reserve holds (no gap locks), whatever it is doing.
+	// no lock a reserve holds (no gap locks), whatever it is doing. A
+	// multi-row INSERT … VALUES is a "simple insert": with
+	// innodb_autoinc_lock_mode=1 it takes the auto-increment mutex only,
+	// where an INSERT … SELECT would hold the table's AUTO-INC lock to the
+	// end of the statement and serialise the refills of every item.
 	for n > 0 {
 		k := min(n, insertUnitsMax)
-		if _, err := tx.ExecContext(ctx, insertUnits, key.ShopID, key.ItemID, key.GroupID, k); err != nil {
+		var q strings.Builder
+		q.Grow(len(insertUnitsPrefix) + int(k)*(len(insertUnitsRow)+2))
+		q.WriteString(insertUnitsPrefix)
+		args := make([]any, 0, 3*k)
+		for i := range k {
+			if i > 0 {
+				q.WriteString(", ")
+			}
+			q.WriteString(insertUnitsRow)
+			args = append(args, key.ShopID, key.ItemID, key.GroupID)
+		}
+		if _, err := tx.ExecContext(ctx, q.String(), args...); err != nil {
 			return classify(err)
 		}
 		n -= k

@@ -174,7 +174,15 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	runCtx, stopRun := context.WithCancel(ctx)
 	runDone := make(chan error, 1)
 	go func() { runDone <- e.Run(runCtx) }()
-	defer func() { stopRun(); <-runDone }()
+	stopped := false
+	stop := func() {
+		if !stopped {
+			stopped = true
+			stopRun()
+			<-runDone
+		}
+	}
+	defer stop()
 
 	s := &sale{cfg: cfg, e: e, shop: shop, latencies: make([]time.Duration, cfg.Buyers)}
 	start := time.Now()
@@ -204,6 +212,9 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
+	// The audit reads the books at rest: Run's sweeper and refiller must not
+	// move units under it.
+	stop()
 	if err := ctx.Err(); err != nil {
 		return Report{}, err
 	}
@@ -365,34 +376,44 @@ type Books struct {
 // Leaked is the units counted twice or held by no live reservation.
 func (b Books) Leaked() int64 { return b.OrphanHeld + max(0, b.Pooled+b.Held-b.OnHand) }
 
-// Audit reads the books of one item/group.
+// Audit reads the books of one item/group in one statement, so that under
+// READ COMMITTED every figure comes from one snapshot: a reserve, a release
+// or an expiry committed between two reads would count units twice or hide
+// them (and with them a leak). Stop the engine's Run first: the sweeper and
+// the refiller move units while it runs.
 func Audit(ctx context.Context, db *sql.DB, strategy reservation.Strategy, k reservation.ItemKey) (Books, error) {
 	ctx = conntag.WithTag(ctx, auditTag)
 	var b Books
-	args := []any{k.ShopID, k.ItemID, k.GroupID}
-	pooled := `SELECT COUNT(*) FROM inventory_reservation_units WHERE shop_id = ? AND inventory_item_id = ? AND inventory_group_id = ?`
+	q := auditUnits
 	if strategy == reservation.StrategyCounter {
-		pooled = `SELECT COALESCE(SUM(available), 0) FROM inventory_pool_counters WHERE shop_id = ? AND inventory_item_id = ? AND inventory_group_id = ?`
+		q = auditCounter
 	}
-	err := db.QueryRowContext(ctx, `SELECT on_hand, claimed FROM inventory_ledger
-		WHERE shop_id = ? AND inventory_item_id = ? AND inventory_group_id = ?`, args...).Scan(&b.OnHand, &b.Claimed)
-	if err == nil {
-		err = db.QueryRowContext(ctx, pooled, args...).Scan(&b.Pooled)
-	}
-	if err == nil {
-		err = db.QueryRowContext(ctx, `SELECT COALESCE(SUM(quantity), 0) FROM inventory_reserved_quantities
-			WHERE shop_id = ? AND inventory_item_id = ? AND inventory_group_id = ?`, args...).Scan(&b.Held)
-	}
-	if err == nil {
-		err = db.QueryRowContext(ctx, `SELECT COALESCE(SUM(q.quantity), 0) FROM inventory_reserved_quantities q
-			JOIN inventory_reservations r ON r.shop_id = q.shop_id AND r.reservation_id = q.reservation_id
-			WHERE r.state <> 'held' AND q.shop_id = ? AND q.inventory_item_id = ? AND q.inventory_group_id = ?`, args...).Scan(&b.OrphanHeld)
-	}
+	args := []any{k.ShopID, k.ItemID, k.GroupID}
+	err := db.QueryRowContext(ctx, q, slices.Concat(args, args, args, args, args)...).
+		Scan(&b.OnHand, &b.Claimed, &b.Pooled, &b.Held, &b.OrphanHeld)
 	if err != nil {
 		return b, fmt.Errorf("flashsale: audit %+v: %w", k, err)
 	}
 	return b, nil
 }
+
+// The books of one item/group: on hand, claimed, pooled, held, and held by
+// reservations no longer held. Each takes shop, item and group.
+const (
+	auditLedger = `SELECT COALESCE((SELECT on_hand FROM inventory_ledger ` +
+		`WHERE shop_id = ? AND inventory_item_id = ? AND inventory_group_id = ?), 0), ` +
+		`COALESCE((SELECT claimed FROM inventory_ledger ` +
+		`WHERE shop_id = ? AND inventory_item_id = ? AND inventory_group_id = ?), 0), `
+	auditHeld = `COALESCE((SELECT SUM(quantity) FROM inventory_reserved_quantities ` +
+		`WHERE shop_id = ? AND inventory_item_id = ? AND inventory_group_id = ?), 0), ` +
+		`COALESCE((SELECT SUM(q.quantity) FROM inventory_reserved_quantities q ` +
+		`JOIN inventory_reservations r ON r.shop_id = q.shop_id AND r.reservation_id = q.reservation_id ` +
+		`WHERE r.state <> 'held' AND q.shop_id = ? AND q.inventory_item_id = ? AND q.inventory_group_id = ?), 0)`
+	auditUnits = auditLedger + `(SELECT COUNT(*) FROM inventory_reservation_units ` +
+		`WHERE shop_id = ? AND inventory_item_id = ? AND inventory_group_id = ?), ` + auditHeld
+	auditCounter = auditLedger + `COALESCE((SELECT SUM(available) FROM inventory_pool_counters ` +
+		`WHERE shop_id = ? AND inventory_item_id = ? AND inventory_group_id = ?), 0), ` + auditHeld
+)
 
 func sleep(ctx context.Context, d time.Duration) error {
 	if d <= 0 {

@@ -68,8 +68,7 @@ func (u *testenvUpCmd) run(ctx context.Context) error {
 	case !testenv.ProxySQLAvailable():
 		fmt.Fprintln(u.out, "proxysql:       not started (no proxysql binary on PATH)")
 	case target.Server() == nil:
-		fmt.Fprintf(u.out, "proxysql:       not started (only in front of a server testenv starts, not one from %s)
-", testenv.DSNEnv)
+		fmt.Fprintf(u.out, "proxysql:       not started (only in front of a server testenv starts, not one from %s)\n", testenv.DSNEnv)
 	default:
 		p, err := testenv.StartProxySQL(ctx, testenv.ProxySQLOptions{Backend: target})
 		if err != nil {

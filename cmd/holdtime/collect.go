@@ -64,7 +64,7 @@ The listen address defaults to ` + defaultCollectListen + ` (loopback only).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c.out, c.errOut = cmd.OutOrStdout(), cmd.ErrOrStderr()
-			if err := c.fromEnv(cmd); err != nil {
+			if err := flagsFromEnv(cmd); err != nil {
 				return err
 			}
 			return c.run(cmd.Context())
@@ -88,8 +88,10 @@ The listen address defaults to ` + defaultCollectListen + ` (loopback only).`,
 	return cmd
 }
 
-// fromEnv fills flags not given on the command line from HOLDTIME_*.
-func (c *collectCmd) fromEnv(cmd *cobra.Command) error {
+// flagsFromEnv fills flags not given on the command line from HOLDTIME_*
+// (the flag's name in upper case, dashes as underscores; ';' separates the
+// values of repeatable flags).
+func flagsFromEnv(cmd *cobra.Command) error {
 	var errs []error
 	cmd.Flags().VisitAll(func(fl *pflag.Flag) {
 		if fl.Changed {

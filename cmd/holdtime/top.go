@@ -8,7 +8,6 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"os"
 	"regexp"
 	"slices"
 	"strings"
@@ -55,13 +54,19 @@ figures (proxysql_events, proxysql_processlist, mysql, otlp).
 
 It reads a running collector (--collector http://127.0.0.1:9479), or polls ProxySQL's
 admin interface and/or MySQL directly with no daemon (--proxysql, --mysql).
-Wait time per tag is not shown: no source can see it per tag (see conntag's docs).`,
+Wait time per tag is not shown: no source can see it per tag (see conntag's docs).
+
+Every flag also reads HOLDTIME_ + its name in upper case (HOLDTIME_COLLECTOR,
+HOLDTIME_MYSQL, HOLDTIME_PROXYSQL, ...), so DSNs need not appear in the process list.`,
 		Example: `  holdtime top --collector http://127.0.0.1:9479
   holdtime top --mysql 'monitor:secret@tcp(db:3306)/' --window 10s
   holdtime top --proxysql 'admin:admin@tcp(127.0.0.1:6032)/' --once --json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			t.out = cmd.OutOrStdout()
+			if err := flagsFromEnv(cmd); err != nil {
+				return err
+			}
 			if err := t.validate(); err != nil {
 				return err
 			}
@@ -69,15 +74,15 @@ Wait time per tag is not shown: no source can see it per tag (see conntag's docs
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&t.collectorURL, "collector", os.Getenv("HOLDTIME_COLLECTOR"), "URL of a running collector (env HOLDTIME_COLLECTOR)")
-	f.StringArrayVar(&t.proxysqlDSNs, "proxysql", nil, "ProxySQL admin DSN to poll directly, user:pass@tcp(host:6032)/ (repeatable)")
-	f.StringArrayVar(&t.mysqlDSNs, "mysql", nil, "MySQL/MariaDB DSN to poll directly (repeatable)")
+	f.StringVar(&t.collectorURL, "collector", "", "URL of a running collector")
+	f.StringArrayVar(&t.proxysqlDSNs, "proxysql", nil, "ProxySQL admin DSN to poll directly, [NAME=]user:pass@tcp(host:6032)/ (repeatable)")
+	f.StringArrayVar(&t.mysqlDSNs, "mysql", nil, "MySQL/MariaDB DSN to poll directly, [NAME=]user:pass@tcp(host:3306)/ (repeatable)")
 	f.DurationVar(&t.interval, "interval", time.Second, "refresh interval")
 	f.DurationVar(&t.timeout, "timeout", 10*time.Second, "how long to wait for the first answer of each source polled directly")
 	f.StringVar(&t.window, "window", "1m", "window of the figures: 10s, 1m or 5m")
 	f.StringVar(&t.sortKey, "sort", "occupancy", "sort key: "+strings.Join(topSortKeys, ", "))
 	f.StringVar(&t.filter, "filter", "", "show only tags matching this regular expression")
-	f.IntVar(&t.limit, "limit", 0, "show at most this many tags (0: as many as fit, all with --once)")
+	f.IntVar(&t.limit, "limit", 0, "show at most this many tags (0: all)")
 	f.BoolVar(&t.once, "once", false, "print one table and exit")
 	f.BoolVar(&t.jsonOut, "json", false, "print JSON (one document per refresh)")
 	f.StringVar(&t.color, "color", "auto", "colour: auto (on a terminal), always, never")

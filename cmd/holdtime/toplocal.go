@@ -19,31 +19,38 @@ type localTop struct {
 	done   sync.WaitGroup
 }
 
-// targetName names a polled instance by address, never by credentials.
-func targetName(kind, dsn string) (string, error) {
+// targetName splits an optional NAME= from a DSN; without one the instance
+// is named by its address, never by its credentials.
+func targetName(kind, v string) (name, dsn string, err error) {
+	dsn = v
+	if n, rest, ok := strings.Cut(v, "="); ok && n != "" && !strings.ContainsAny(n, "@:/(") {
+		name, dsn = n, rest
+	}
 	cfg, err := mysql.ParseDSN(dsn)
 	if err != nil {
 		// The driver's message can quote the DSN: say what is wrong without it.
-		return "", fmt.Errorf("--%s: not a DSN of the form user:pass@tcp(host:port)/", kind)
+		return "", "", fmt.Errorf("--%s: not a DSN of the form [NAME=]user:pass@tcp(host:port)/", kind)
 	}
-	name := strings.NewReplacer("[", "", "]", "").Replace(cfg.Addr)
+	if name == "" {
+		name = strings.NewReplacer("[", "", "]", "").Replace(cfg.Addr)
+	}
 	if name == "" {
 		name = kind
 	}
-	return name, nil
+	return name, dsn, nil
 }
 
 func startLocalTop(ctx context.Context, proxysqlDSNs, mysqlDSNs []string, timeout time.Duration) (*localTop, error) {
 	cfg := collector.Config{Timeout: timeout}
-	for _, dsn := range proxysqlDSNs {
-		name, err := targetName("proxysql", dsn)
+	for _, v := range proxysqlDSNs {
+		name, dsn, err := targetName("proxysql", v)
 		if err != nil {
 			return nil, err
 		}
 		cfg.ProxySQL = append(cfg.ProxySQL, collector.ProxySQLConfig{Name: name, DSN: dsn})
 	}
-	for _, dsn := range mysqlDSNs {
-		name, err := targetName("mysql", dsn)
+	for _, v := range mysqlDSNs {
+		name, dsn, err := targetName("mysql", v)
 		if err != nil {
 			return nil, err
 		}
@@ -76,7 +83,8 @@ func (l *localTop) waitFirstPoll(ctx context.Context, timeout time.Duration) err
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("no answer from %s within %v: check the address and credentials (the account needs PROCESS and SELECT on performance_schema)",
+			return fmt.Errorf("no answer from %s within %v: check the address and credentials "+
+				"(a MySQL account needs PROCESS and SELECT on performance_schema; ProxySQL needs its admin interface, port 6032)",
 				strings.Join(down, ", "), timeout)
 		}
 		select {

@@ -190,6 +190,9 @@ func (cfg Config) withDefaults() (Config, error) {
 			return cfg, fmt.Errorf("mysql target %q: interval %v is below %v: InnoDB refreshes INNODB_TRX only when it was not read for 100 ms, so faster polls see a frozen table",
 				m.Name, m.Interval, MinServerInterval)
 		}
+		if m.DSN == "" {
+			return cfg, fmt.Errorf("mysql target %q: no DSN: give user:pass@tcp(host:3306)/", m.Name)
+		}
 		if _, err := parseDSN(m.DSN, cfg.Timeout); err != nil {
 			return cfg, fmt.Errorf("mysql target %q: %w", m.Name, err)
 		}
@@ -241,23 +244,35 @@ func New(cfg Config) (*Collector, error) {
 		return nil, fmt.Errorf("collector config: %w", err)
 	}
 	c := &Collector{cfg: cfg, st: newStore(cfg.MaxTags, time.Now)}
-	if err := cfg.Registerer.Register(newMetricsCollector(c.st)); err != nil {
-		return nil, fmt.Errorf("register collector metrics: %w: give each Collector its own registry", err)
-	}
-	if cfg.RecordDir != "" {
-		if err := os.MkdirAll(cfg.RecordDir, 0o755); err != nil {
-			return nil, fmt.Errorf("create record directory: %w: check the path and permissions", err)
-		}
-	}
 	// Each target's main source is known (and down) from the start, so
 	// that Ready means "every target has answered", not "nothing has run".
 	for _, p := range cfg.ProxySQL {
-		c.proxies = append(c.proxies, newProxySQLTarget(c, p))
+		t, err := newProxySQLTarget(c, p)
+		if err != nil {
+			c.closeTargets()
+			return nil, fmt.Errorf("collector config: proxysql target %q: %w", p.Name, err)
+		}
+		c.proxies = append(c.proxies, t)
 		c.st.register(p.Name, SourceProxySQLProcesslist)
 	}
 	for _, m := range cfg.MySQL {
-		c.mysqls = append(c.mysqls, newMySQLTarget(c, m))
+		t, err := newMySQLTarget(c, m)
+		if err != nil {
+			c.closeTargets()
+			return nil, fmt.Errorf("collector config: mysql target %q: %w", m.Name, err)
+		}
+		c.mysqls = append(c.mysqls, t)
 		c.st.register(m.Name, SourceMySQL)
+	}
+	if cfg.RecordDir != "" {
+		if err := os.MkdirAll(cfg.RecordDir, 0o755); err != nil {
+			c.closeTargets()
+			return nil, fmt.Errorf("create record directory: %w: check the path and permissions", err)
+		}
+	}
+	if err := cfg.Registerer.Register(newMetricsCollector(c.st)); err != nil {
+		c.closeTargets()
+		return nil, fmt.Errorf("register collector metrics: %w: give each Collector its own registry", err)
 	}
 	if cfg.OTLP.Enabled {
 		c.otlp = &otlpReceiver{c: c, target: cfg.OTLP.Target, maxBody: cfg.OTLP.MaxBodyBytes}
@@ -265,6 +280,16 @@ func New(cfg Config) (*Collector, error) {
 		c.st.success(cfg.OTLP.Target, SourceOTLP)
 	}
 	return c, nil
+}
+
+// closeTargets releases the pools of the targets New made before failing.
+func (c *Collector) closeTargets() {
+	for _, p := range c.proxies {
+		p.close()
+	}
+	for _, m := range c.mysqls {
+		m.close()
+	}
 }
 
 // Run polls every source until ctx is done, then closes connections and
@@ -383,11 +408,13 @@ func (p *poller) notify(err error) {
 }
 
 // scrub removes a password from an error's text: defence in depth, since
-// the driver's own messages do not carry it.
+// the driver's own messages do not carry it. Any password is scrubbed, even
+// one short enough to also match ordinary text: a mangled message is better
+// than a leaked secret.
 func scrub(err error, secret string) string {
 	msg := err.Error()
-	if secret != "" && len(secret) >= 3 {
-		msg = strings.ReplaceAll(msg, secret, "xxxxx")
+	if secret != "" {
+		msg = strings.ReplaceAll(msg, secret, "xxx")
 	}
 	return msg
 }

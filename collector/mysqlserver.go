@@ -83,11 +83,17 @@ type mysqlTarget struct {
 	primed    bool
 }
 
-func newMySQLTarget(c *Collector, cfg MySQLConfig) *mysqlTarget {
-	mc, _ := parseDSN(cfg.DSN, c.cfg.Timeout)
-	db, _ := openDB(mc, 1)
+func newMySQLTarget(c *Collector, cfg MySQLConfig) (*mysqlTarget, error) {
+	mc, err := parseDSN(cfg.DSN, c.cfg.Timeout)
+	if err != nil {
+		return nil, err
+	}
+	db, err := openDB(mc, 1)
+	if err != nil {
+		return nil, err
+	}
 	return &mysqlTarget{c: c, cfg: cfg, secret: mc.Passwd, db: db, sessions: map[int64]*serverSession{},
-		maxGap: max(4*cfg.Interval, time.Second), batch: map[string]*tagDelta{}, historyOK: true}
+		maxGap: max(4*cfg.Interval, time.Second), batch: map[string]*tagDelta{}, historyOK: true}, nil
 }
 
 func (m *mysqlTarget) start(ctx context.Context, wg *sync.WaitGroup) {

@@ -44,9 +44,15 @@ type proxysqlTarget struct {
 	plFile *os.File
 }
 
-func newProxySQLTarget(c *Collector, cfg ProxySQLConfig) *proxysqlTarget {
-	mc, _ := parseDSN(cfg.DSN, c.cfg.Timeout) // validated in New
-	db, _ := openDB(mc, 3)
+func newProxySQLTarget(c *Collector, cfg ProxySQLConfig) (*proxysqlTarget, error) {
+	mc, err := parseDSN(cfg.DSN, c.cfg.Timeout)
+	if err != nil {
+		return nil, err
+	}
+	db, err := openDB(mc, 3)
+	if err != nil {
+		return nil, err
+	}
 	pc := ProcesslistConfig{
 		MaxSampleGap: max(4*cfg.ProcesslistInterval, time.Second),
 		// The processlist lists every live session in every sample, so a
@@ -56,7 +62,7 @@ func newProxySQLTarget(c *Collector, cfg ProxySQLConfig) *proxysqlTarget {
 	t := &proxysqlTarget{c: c, cfg: cfg, secret: mc.Passwd, db: db,
 		sessions: newProxySQLSessions(cfg.Name, c.st, pc, cfg.EventsLog != "", c.cfg.OTLP.Enabled, cfg.TagGrace),
 		digests:  newDigestState(), recs: map[string]*tableRecorder{}}
-	return t
+	return t, nil
 }
 
 func (t *proxysqlTarget) start(ctx context.Context, wg *sync.WaitGroup) {

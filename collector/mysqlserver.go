@@ -1,6 +1,7 @@
 package collector
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"fmt"
@@ -46,7 +47,8 @@ const serverQueriesPerPoll = 3
 
 type serverSession struct {
 	lastEvent int64  // highest statement EVENT_ID counted
-	tag       string // tag of the session's last statement (BEGIN/COMMIT skipped)
+	tag       string // tag of the current transaction's last statement; "" unknown yet
+	tagEvent  int64  // the EVENT_ID that set tag
 	seen      bool   // listed by the current poll
 }
 
@@ -60,6 +62,7 @@ type serverRow struct {
 }
 
 type heldRow struct {
+	id   int64
 	tag  string
 	idle bool
 }
@@ -103,18 +106,51 @@ func (m *mysqlTarget) start(ctx context.Context, wg *sync.WaitGroup) {
 
 func (m *mysqlTarget) close() error { return m.db.Close() }
 
-// tagOfStatement parses a statement's tag; BEGIN and COMMIT, which drivers
-// send untagged, say nothing ("", false).
+// tagOfStatement parses a statement's tag. Statements that drivers and
+// wrappers send on their own, untagged, say nothing ("", false): BEGIN,
+// COMMIT, ROLLBACK, SET autocommit, SET TRANSACTION (go-sql-driver/mysql
+// sends it before START TRANSACTION for an isolation level), SET NAMES and
+// SELECT CONNECTION_ID() (conntag.WithSessionID). Otherwise the session
+// would be credited to "untagged" between a transaction's start and its
+// first statement, and a pooled session to whatever ran last.
 func (m *mysqlTarget) tagOfStatement(q string) (string, bool) {
-	if class, _, _ := classify([]byte(q)); class == classBegin || class == classCommit {
+	b := []byte(q)
+	if class, _, _ := classify(b); class == classBegin || class == classCommit ||
+		class == classAutocommitOff || class == classAutocommitOn {
 		return "", false
 	}
-	t, ok := AppendTag(m.tagBuf[:0], []byte(q))
+	t, ok := AppendTag(m.tagBuf[:0], b)
 	m.tagBuf = t[:0]
 	if !ok {
+		if driverStatement(b) {
+			return "", false
+		}
 		return UntaggedTag, true
 	}
 	return string(t), true
+}
+
+// driverStatement reports whether an untagged statement is one a driver
+// sends by itself around the application's statements.
+func driverStatement(q []byte) bool {
+	kw, rest := firstWord(skipLeadingComments(q))
+	switch {
+	case eqFold(kw, "SET"):
+		w, after := firstWord(rest)
+		if eqFold(w, "SESSION") || eqFold(w, "LOCAL") {
+			w, _ = firstWord(after)
+		}
+		return eqFold(w, "TRANSACTION") || eqFold(w, "NAMES") || eqFold(w, "CHARACTER")
+	case eqFold(kw, "SELECT"):
+		return bytes.EqualFold(bytes.TrimSpace(rest), []byte("CONNECTION_ID()"))
+	}
+	return false
+}
+
+// isBoundary reports whether a statement starts or ends a transaction.
+func isBoundary(q string) bool {
+	class, _, _ := classify([]byte(q))
+	return class == classBegin || class == classCommit
 }
 
 func (m *mysqlTarget) poll(ctx context.Context) error {
@@ -187,10 +223,10 @@ func (m *mysqlTarget) readHistory(ctx context.Context, conn *sql.Conn, bad *int)
 	}
 	defer rs.Close()
 	type hist struct {
-		event  int64
-		tag    string
-		ok     bool
-		errors bool
+		event    int64
+		tag      string
+		ok       bool
+		boundary int64 // the latest BEGIN/COMMIT's event
 	}
 	latest := map[int64]hist{}
 	for rs.Next() {
@@ -216,19 +252,34 @@ func (m *mysqlTarget) readHistory(ctx context.Context, conn *sql.Conn, bad *int)
 				}
 			}
 		}
-		if h := latest[id]; ok && event >= h.event {
-			latest[id] = hist{event: event, tag: tag, ok: true}
+		h := latest[id]
+		if ok && event >= h.event {
+			h.event, h.tag, h.ok = event, tag, true
 		}
+		if isBoundary(text) {
+			h.boundary = max(h.boundary, event)
+		}
+		latest[id] = h
 	}
 	if err := rs.Err(); err != nil {
 		return fmt.Errorf("read statement history: %w", err)
 	}
 	m.primed = true // the first read only sets the baseline
 	for id, h := range latest {
-		if s := m.sessions[id]; s != nil {
-			s.tag = h.tag
-			s.lastEvent = max(s.lastEvent, h.event)
+		s := m.sessions[id]
+		if s == nil {
+			continue
 		}
+		switch {
+		case h.ok && h.event > h.boundary && h.event >= s.tagEvent:
+			s.tag, s.tagEvent = h.tag, h.event
+		case h.boundary > s.tagEvent:
+			// A transaction began or ended after the last statement that
+			// named the session: its tag is not known until its next
+			// statement, which names the time held meanwhile (see apply).
+			s.tag, s.tagEvent = "", h.boundary
+		}
+		s.lastEvent = max(s.lastEvent, h.event, h.boundary)
 	}
 	return nil
 }
@@ -298,7 +349,15 @@ func (m *mysqlTarget) apply(at time.Time, rows []serverRow, waits [][2]int64) {
 	if !m.prevAt.IsZero() {
 		sec := min(at.Sub(m.prevAt), m.maxGap).Seconds()
 		for _, h := range m.held {
-			d := m.delta(h.tag)
+			tag := h.tag
+			if tag == UnknownTag {
+				// Held without a known tag at the last poll (a transaction
+				// that had only begun): its first statement since names it.
+				if s := m.sessions[h.id]; s != nil && s.tag != "" {
+					tag = s.tag
+				}
+			}
+			d := m.delta(tag)
 			d.hold += sec
 			if h.idle {
 				d.idle += sec
@@ -328,7 +387,7 @@ func (m *mysqlTarget) apply(at time.Time, rows []serverRow, waits [][2]int64) {
 		}
 		tag := m.sessionTag(r)
 		tagOf[r.id] = tag
-		m.held = append(m.held, heldRow{tag: tag, idle: !active})
+		m.held = append(m.held, heldRow{id: r.id, tag: tag, idle: !active})
 		sessions[tag]++
 		if r.inTrx {
 			f := trx[tag]

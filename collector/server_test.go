@@ -200,3 +200,80 @@ func TestServerLockWaits(t *testing.T) {
 		t.Errorf("waiter: %v", err)
 	}
 }
+
+// TestServerDriverStatementsNameNothing runs what a driver sends around a
+// tagged transaction on a pooled session that served another tag before:
+// SET TRANSACTION ISOLATION LEVEL, START TRANSACTION and conntag's SELECT
+// CONNECTION_ID(), all untagged. The time held must go to the transaction's
+// own tag, not to "untagged", "unknown" or the earlier tag.
+func TestServerDriverStatementsNameNothing(t *testing.T) {
+	d := testenv.NewDatabase(t)
+	db := d.Open(t)
+	ctx := context.Background()
+	if _, err := db.ExecContext(ctx, "CREATE TABLE cart (id INT PRIMARY KEY) ENGINE=InnoDB"); err != nil {
+		t.Fatal(err)
+	}
+	c, m := newServerTarget(t, d.DSN(), MinServerInterval)
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	exec := func(q string) {
+		t.Helper()
+		if _, err := conn.ExecContext(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stop := make(chan struct{})
+	done := make(chan int)
+	go func() { done <- pollEvery(t, m, MinServerInterval, stop) }()
+
+	exec("/* conn_tag:earlier */ SELECT COUNT(*) FROM cart") // the pooled session's previous user
+	start := time.Now()
+	exec("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
+	exec("START TRANSACTION")
+	exec("/* conn_tag:quote */ SELECT COUNT(*) FROM cart FOR UPDATE")
+	exec("SELECT CONNECTION_ID()")
+	time.Sleep(1200 * time.Millisecond) // the workload: holding the transaction, idle
+	exec("COMMIT")
+	held := time.Since(start)
+	close(stop)
+	<-done
+
+	sr := c.st.series[seriesKey{"db", SourceMySQL}]
+	got := func(tag string) float64 {
+		if e := sr.tags[tag]; e != nil {
+			return e.total.hold
+		}
+		return 0
+	}
+	t.Logf("held %.3f s: quote %.3f, untagged %.3f, unknown %.3f, earlier %.3f",
+		held.Seconds(), got("quote"), got(UntaggedTag), got(UnknownTag), got("earlier"))
+	if math.Abs(pct(got("quote"), held.Seconds())) > 25 {
+		t.Errorf("quote hold %.3f s, want about %.3f s", got("quote"), held.Seconds())
+	}
+	for _, tag := range []string{"earlier", UnknownTag, UntaggedTag} {
+		if got(tag) > 0.3 {
+			t.Errorf("%.3f s went to %s", got(tag), tag)
+		}
+	}
+}
+
+func TestDriverStatement(t *testing.T) {
+	for q, want := range map[string]bool{
+		"SET TRANSACTION ISOLATION LEVEL READ COMMITTED": true,
+		"set session transaction read only":              true,
+		"SET NAMES utf8mb4":                              true,
+		"SELECT CONNECTION_ID()":                         true,
+		"select connection_id() ":                        true,
+		"SET @x = 1":                                     false,
+		"SELECT CONNECTION_ID(), 1":                      false,
+		"SELECT 1":                                       false,
+		"/* hostgroup=1 */ SET TRANSACTION ISOLATION LEVEL SERIALIZABLE": true,
+	} {
+		if got := driverStatement([]byte(q)); got != want {
+			t.Errorf("driverStatement(%q) = %v, want %v", q, got, want)
+		}
+	}
+}

@@ -379,7 +379,7 @@ func (p *poller) run(ctx context.Context) {
 			return
 		}
 		if err != nil {
-			p.c.st.failure(p.target, p.source)
+			p.c.st.failure(p.target, p.source, scrub(err, p.secret))
 			backoff = min(max(2*backoff, 100*time.Millisecond), p.c.cfg.MaxBackoff)
 			wait := backoff/2 + rand.N(backoff/2+1)
 			if !failed {

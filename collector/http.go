@@ -27,6 +27,8 @@ type SourceStatus struct {
 	Source      Source    `json:"source"`
 	Up          bool      `json:"up"`
 	LastSuccess time.Time `json:"last_success,omitzero"`
+	// LastError says why the source is down (no credentials in it).
+	LastError string `json:"last_error,omitempty"`
 }
 
 // Sources lists every source and whether it is up, sorted.
@@ -35,7 +37,7 @@ func (c *Collector) Sources() []SourceStatus {
 	defer c.st.mu.Unlock()
 	out := make([]SourceStatus, 0, len(c.st.series))
 	for k, sr := range c.st.series {
-		out = append(out, SourceStatus{Target: k.target, Source: k.source, Up: sr.up, LastSuccess: sr.lastSuccess.UTC()})
+		out = append(out, SourceStatus{Target: k.target, Source: k.source, Up: sr.up, LastSuccess: sr.lastSuccess.UTC(), LastError: sr.lastError})
 	}
 	slices.SortFunc(out, func(a, b SourceStatus) int {
 		return strings.Compare(a.Target+"/"+string(a.Source), b.Target+"/"+string(b.Source))

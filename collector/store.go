@@ -117,6 +117,7 @@ type series struct {
 	malformed   float64 // rows counted and skipped
 	up          bool
 	lastSuccess time.Time
+	lastError   string // scrubbed of the DSN's password; "" while up
 	gauges      *gauges // nil while the source is down: stale, not zero
 }
 
@@ -274,16 +275,19 @@ func (s *store) success(target string, source Source) {
 	sr := s.get(target, source)
 	sr.up = true
 	sr.lastSuccess = s.now()
+	sr.lastError = ""
 }
 
 // failure marks (target, source) down and drops its gauges: a dead source's
 // sessions are unknown, not zero, so its series disappear until it is back.
-func (s *store) failure(target string, source Source) {
+// why is the error, already scrubbed of secrets.
+func (s *store) failure(target string, source Source, why string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	sr := s.get(target, source)
 	sr.up = false
 	sr.gauges = nil
+	sr.lastError = why
 }
 
 // register makes (target, source) known, down until its first success.

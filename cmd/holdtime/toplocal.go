@@ -82,10 +82,29 @@ func (l *localTop) waitFirstPoll(ctx context.Context, timeout time.Duration) err
 		if ok {
 			return nil
 		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("no answer from %s within %v: check the address and credentials "+
-				"(a MySQL account needs PROCESS and SELECT on performance_schema; ProxySQL needs its admin interface, port 6032)",
-				strings.Join(down, ", "), timeout)
+		// Wrong credentials will not get better by waiting.
+		denied := len(down) > 0
+		for _, s := range l.c.Sources() {
+			if !s.Up && !strings.Contains(s.LastError, "Access denied") {
+				denied = false
+			}
+		}
+		if denied || time.Now().After(deadline) {
+			var why []string
+			for _, s := range l.c.Sources() {
+				if !s.Up && s.LastError != "" {
+					why = append(why, s.Target+": "+s.LastError)
+				}
+			}
+			msg := fmt.Sprintf("no answer from %s within %v", strings.Join(down, ", "), timeout)
+			if denied {
+				msg = strings.Join(down, ", ") + " refused the login"
+			}
+			if len(why) > 0 {
+				msg += " (" + strings.Join(why, "; ") + ")"
+			}
+			return fmt.Errorf("%s: check the address and credentials "+
+				"(a MySQL account needs PROCESS and SELECT on performance_schema; ProxySQL needs its admin interface, port 6032)", msg)
 		}
 		select {
 		case <-ctx.Done():

@@ -117,7 +117,7 @@ type series struct {
 	malformed   float64 // rows counted and skipped
 	up          bool
 	lastSuccess time.Time
-	lastError   string // scrubbed of the DSN's password; "" while up
+	lastError   string  // scrubbed of the DSN's password; "" while up
 	gauges      *gauges // nil while the source is down: stale, not zero
 }
 

@@ -84,8 +84,8 @@ func (c *Collector) serveTop(w http.ResponseWriter, r *http.Request) {
 	if key == "" {
 		key = "occupancy"
 	}
-	if !slices.Contains(sortKeys, key) {
-		http.Error(w, "sort must be one of "+strings.Join(sortKeys, ", "), http.StatusBadRequest)
+	if !slices.Contains(TopSortKeys, key) {
+		http.Error(w, "sort must be one of "+strings.Join(TopSortKeys, ", "), http.StatusBadRequest)
 		return
 	}
 	limit := 0

@@ -426,7 +426,13 @@ func (s *store) top(w time.Duration) []TopRow {
 	return out
 }
 
-// sortTop orders rows by key, largest first (tag: alphabetical).
+// TopSortKeys are the keys SortTop and /api/v1/top?sort= accept.
+var TopSortKeys = []string{"occupancy", "hold", "idle", "idle_share", "active", "statements", "errors", "sessions", "pinned", "tag"}
+
+// SortTop orders rows by key, largest first (tag: alphabetical; ties by
+// tag). An unknown key sorts by occupancy.
+func SortTop(rows []TopRow, key string) { sortTop(rows, key) }
+
 func sortTop(rows []TopRow, key string) {
 	val := func(r *TopRow) float64 {
 		switch key {
@@ -434,6 +440,8 @@ func sortTop(rows []TopRow, key string) {
 			return r.HoldSeconds
 		case "idle":
 			return r.IdleHoldSeconds
+		case "idle_share":
+			return r.IdleShare
 		case "active":
 			return r.ActiveSeconds
 		case "statements":
@@ -457,6 +465,3 @@ func sortTop(rows []TopRow, key string) {
 		return rows[i].Tag < rows[j].Tag
 	})
 }
-
-// sortKeys are the values Top's sort parameter accepts.
-var sortKeys = []string{"occupancy", "hold", "idle", "active", "statements", "errors", "sessions", "pinned", "tag"}

@@ -171,18 +171,15 @@ func StartMySQL(ctx context.Context, opts MySQLOptions) (*MySQLServer, error) {
 var errPortTaken = errors.New("port taken")
 
 func startOnce(ctx context.Context, info binaryInfo, opts MySQLOptions, noCache bool) (_ *MySQLServer, err error) {
-	dir, err := os.MkdirTemp(socketSafeTempDir(), dirPrefix)
+	dir, err := newRunDir(socketSafeTempDir(), dirPrefix)
 	if err != nil {
-		return nil, fmt.Errorf("testenv: %w", err)
+		return nil, err
 	}
 	defer func() {
 		if err != nil {
 			_ = os.RemoveAll(dir)
 		}
 	}()
-	if err := os.WriteFile(filepath.Join(dir, "owner.pid"), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
-		return nil, fmt.Errorf("testenv: %w", err)
-	}
 	data := filepath.Join(dir, "data")
 	if noCache {
 		err = initDataDir(ctx, info, data)

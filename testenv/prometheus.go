@@ -59,18 +59,15 @@ func StartPrometheus(ctx context.Context, opts PrometheusOptions) (_ *Prometheus
 	ctx, cancel := context.WithTimeout(ctx, cmp.Or(opts.Timeout, 30*time.Second))
 	defer cancel()
 	reapLeftovers()
-	dir, err := os.MkdirTemp("", prometheusDirPrefix)
+	dir, err := newRunDir("", prometheusDirPrefix)
 	if err != nil {
-		return nil, fmt.Errorf("testenv: %w", err)
+		return nil, err
 	}
 	defer func() {
 		if err != nil {
 			_ = os.RemoveAll(dir)
 		}
 	}()
-	if err := os.WriteFile(filepath.Join(dir, "owner.pid"), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
-		return nil, fmt.Errorf("testenv: %w", err)
-	}
 	port, err := freePort()
 	if err != nil {
 		return nil, fmt.Errorf("testenv: free port: %w", err)

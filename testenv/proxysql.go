@@ -116,18 +116,15 @@ func StartProxySQL(ctx context.Context, opts ProxySQLOptions) (_ *ProxySQL, err 
 	defer cancel()
 	reapLeftovers()
 
-	dir, err := os.MkdirTemp("", proxysqlDirPrefix)
+	dir, err := newRunDir("", proxysqlDirPrefix)
 	if err != nil {
-		return nil, fmt.Errorf("testenv: %w", err)
+		return nil, err
 	}
 	defer func() {
 		if err != nil {
 			_ = os.RemoveAll(dir)
 		}
 	}()
-	if err := os.WriteFile(filepath.Join(dir, "owner.pid"), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
-		return nil, fmt.Errorf("testenv: %w", err)
-	}
 	appPort, err1 := freePort()
 	adminPort, err2 := freePort()
 	for err1 == nil && err2 == nil && adminPort == appPort {

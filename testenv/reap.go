@@ -3,6 +3,7 @@ package testenv
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -34,6 +35,21 @@ func reapLeftovers() {
 			_ = os.RemoveAll(dir)
 		}
 	}
+}
+
+// newRunDir makes a private directory for one server under parent ("" is
+// os.TempDir), marked with this process's pid so that reapLeftovers can tell
+// when its owner is gone.
+func newRunDir(parent, prefix string) (string, error) {
+	dir, err := os.MkdirTemp(parent, prefix)
+	if err != nil {
+		return "", fmt.Errorf("testenv: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "owner.pid"), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
+		os.RemoveAll(dir)
+		return "", fmt.Errorf("testenv: %w", err)
+	}
+	return dir, nil
 }
 
 func ownerAlive(dir string) bool {

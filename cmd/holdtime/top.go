@@ -39,8 +39,6 @@ type topCmd struct {
 	filterRe *regexp.Regexp
 }
 
-var topSortKeys = []string{"occupancy", "hold", "idle", "active", "statements", "sessions", "pins", "tag"}
-
 func newTopCmd() *cobra.Command {
 	t := &topCmd{}
 	cmd := &cobra.Command{
@@ -80,7 +78,7 @@ HOLDTIME_MYSQL, HOLDTIME_PROXYSQL, ...), so DSNs need not appear in the process 
 	f.DurationVar(&t.interval, "interval", time.Second, "refresh interval")
 	f.DurationVar(&t.timeout, "timeout", 10*time.Second, "how long to wait for the first answer of each source polled directly")
 	f.StringVar(&t.window, "window", "1m", "window of the figures: 10s, 1m or 5m")
-	f.StringVar(&t.sortKey, "sort", "occupancy", "sort key: "+strings.Join(topSortKeys, ", "))
+	f.StringVar(&t.sortKey, "sort", "occupancy", "sort key: "+strings.Join(collector.TopSortKeys, ", "))
 	f.StringVar(&t.filter, "filter", "", "show only tags matching this regular expression")
 	f.IntVar(&t.limit, "limit", 0, "show at most this many tags (0: all)")
 	f.BoolVar(&t.once, "once", false, "print one table and exit")
@@ -110,8 +108,8 @@ func (t *topCmd) validate() error {
 	if _, ok := map[string]bool{"10s": true, "1m": true, "5m": true}[t.window]; !ok {
 		return fmt.Errorf("--window %q: use 10s, 1m or 5m", t.window)
 	}
-	if !slices.Contains(topSortKeys, t.sortKey) {
-		return fmt.Errorf("--sort %q: use one of %s", t.sortKey, strings.Join(topSortKeys, ", "))
+	if !slices.Contains(collector.TopSortKeys, t.sortKey) {
+		return fmt.Errorf("--sort %q: use one of %s", t.sortKey, strings.Join(collector.TopSortKeys, ", "))
 	}
 	if t.interval < 100*time.Millisecond {
 		return fmt.Errorf("--interval %v: use at least 100ms", t.interval)
@@ -203,36 +201,7 @@ func (t *topCmd) arrange(rows []collector.TopRow) []collector.TopRow {
 	if t.filterRe != nil {
 		rows = slices.DeleteFunc(rows, func(r collector.TopRow) bool { return !t.filterRe.MatchString(r.Tag) })
 	}
-	key := func(r *collector.TopRow) float64 {
-		switch t.sortKey {
-		case "hold":
-			return r.HoldSeconds
-		case "idle":
-			return r.IdleShare
-		case "active":
-			return r.ActiveSeconds
-		case "statements":
-			return r.Statements
-		case "sessions":
-			return float64(r.Sessions)
-		case "pins":
-			return float64(r.PinnedSessions)
-		}
-		return r.Occupancy
-	}
-	slices.SortStableFunc(rows, func(a, b collector.TopRow) int {
-		if t.sortKey == "tag" {
-			return strings.Compare(a.Tag, b.Tag)
-		}
-		ka, kb := key(&a), key(&b)
-		switch {
-		case ka > kb:
-			return -1
-		case ka < kb:
-			return 1
-		}
-		return strings.Compare(a.Tag, b.Tag)
-	})
+	collector.SortTop(rows, t.sortKey)
 	if t.limit > 0 && len(rows) > t.limit {
 		rows = rows[:t.limit]
 	}

@@ -1,6 +1,7 @@
 package collector
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -57,7 +58,7 @@ func Analyze(ctx context.Context, cfg AnalyzeConfig) (*Report, error) {
 	attr := NewAttributor(cfg.Attributor, agg.AddHold)
 	var events *EventsReader
 	if len(cfg.EventsLogs) > 0 {
-		events = OpenEventsLog(ctx, cfg.EventsLogs, cfg.EventsLog)
+		events = OpenEventsLog(ctx, orderByFirstEvent(ctx, cfg.EventsLogs, cfg.EventsLog), cfg.EventsLog)
 		defer events.Close()
 	}
 	var samples *ProcesslistReader
@@ -383,3 +384,37 @@ func notes(events *ReadStats, samples *ProcesslistStats) []string {
 }
 
 func seconds(us int64) float64 { return float64(us) / 1e6 }
+
+// orderByFirstEvent sorts events log files by the start of their first
+// event, so that rotated files given in any order (a shell glob sorts
+// events.json.00000010 before .00000002 only sometimes) are read oldest
+// first, as attribution needs. Files whose first event cannot be read go
+// last, in the order given, and report their problem when read.
+func orderByFirstEvent(ctx context.Context, paths []string, cfg EventsLogConfig) []string {
+	if len(paths) < 2 {
+		return paths
+	}
+	first := make(map[string]int64, len(paths))
+	for _, p := range paths {
+		r := OpenEventsLog(ctx, []string{p}, cfg)
+		if r.Next() {
+			first[p] = r.Event().StartUS
+		}
+		r.Close()
+	}
+	out := slices.Clone(paths)
+	slices.SortStableFunc(out, func(a, b string) int {
+		fa, oka := first[a]
+		fb, okb := first[b]
+		switch {
+		case !oka && !okb:
+			return 0
+		case !oka:
+			return 1
+		case !okb:
+			return -1
+		}
+		return cmp.Compare(fa, fb)
+	})
+	return out
+}

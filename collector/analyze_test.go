@@ -1,10 +1,14 @@
 package collector
 
 import (
+	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/json"
+	"io"
 	"math"
 	"os"
+	"path/filepath"
 	"testing"
 )
 
@@ -87,5 +91,47 @@ func TestAnalyzeStatesLongestHold(t *testing.T) {
 	}
 	if it := rep.Tag("implicit_txn"); it == nil || it.Transactions != 1 || it.Pins["autocommit_off"] != 1 {
 		t.Errorf("SET autocommit=0 session: %+v; want one transaction pinned by autocommit_off", it)
+	}
+}
+
+// TestAnalyzeRotatedFilesInAnyOrder splits the workload's events log into
+// two rotated files and gives them newest first: the report must be the
+// same as for the files in order.
+func TestAnalyzeRotatedFilesInAnyOrder(t *testing.T) {
+	f, err := os.Open("testdata/workload_events_slice.json.gz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	zr, err := gzip.NewReader(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	all, err := io.ReadAll(zr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := bytes.SplitAfter(all, []byte("\n"))
+	dir := t.TempDir()
+	older, newer := filepath.Join(dir, "events.json.00000001"), filepath.Join(dir, "events.json.00000002")
+	if err := os.WriteFile(older, bytes.Join(lines[:len(lines)/2], nil), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(newer, bytes.Join(lines[len(lines)/2:], nil), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	report := func(paths ...string) *Report {
+		rep, err := Analyze(context.Background(), AnalyzeConfig{EventsLogs: paths})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rep
+	}
+	inOrder, reversed := report(older, newer), report(newer, older)
+	for name := range loadExpected(t) {
+		a, b := inOrder.Tag(expectedTagName(name)), reversed.Tag(expectedTagName(name))
+		if a == nil || b == nil || math.Abs(a.HoldSeconds-b.HoldSeconds) > 1e-9 || a.Statements != b.Statements {
+			t.Errorf("%s: in order %+v, newest first %+v", name, a, b)
+		}
 	}
 }

@@ -77,16 +77,30 @@ func (c commenter) comment(tag string) string {
 
 // inject returns query with comment inserted where format wants it.
 func (c commenter) inject(query, comment string) string {
+	sent, _ := c.injectOp(query, comment)
+	return sent
+}
+
+// injectOp is inject that also returns the statement's operation, so that
+// the statement is scanned once.
+func (c commenter) injectOp(query, comment string) (string, op) {
+	if c.format != FormatConnTag {
+		return c.append(query, comment), operationOf(query)
+	}
+	at, tagged := insertPoint(query)
+	o := operationAt(query, at)
+	if tagged {
+		return query, o
+	}
+	if at == 0 {
+		return comment + query, o
+	}
+	return query[:at] + comment + query[at:], o
+}
+
+// append writes the sqlcommenter form, or leaves the query alone.
+func (c commenter) append(query, comment string) string {
 	switch c.format {
-	case FormatConnTag:
-		at, tagged := insertPoint(query)
-		if tagged {
-			return query
-		}
-		if at == 0 {
-			return comment + query
-		}
-		return query[:at] + comment + query[at:]
 	case FormatSQLCommenter:
 		// The sqlcommenter specification: a statement that already has a
 		// comment MUST NOT be changed. A trailing -- or # comment would also
@@ -134,31 +148,31 @@ func insertPoint(q string) (at int, tagged bool) {
 			i++
 		}
 		if i >= len(q) {
-			return at, false
+			return at, tagged
 		}
 		switch {
 		case strings.HasPrefix(q[i:], "/*"):
 			if len(q) > i+2 && (q[i+2] == '!' || q[i+2] == '+') ||
 				strings.HasPrefix(q[i+2:], "M!") {
-				return i, false
+				return i, tagged
 			}
 			end := strings.Index(q[i+2:], "*/")
 			if end < 0 {
-				return 0, false
+				return 0, tagged
 			}
 			if strings.HasPrefix(q[i+2:], " conn_tag:") || strings.HasPrefix(q[i+2:], "conn_tag:") {
-				return 0, true
+				tagged = true
 			}
 			i += 2 + end + 2
 		case strings.HasPrefix(q[i:], "--") && len(q) > i+2 && isSpace(q[i+2]) || q[i] == '#':
 			nl := strings.IndexByte(q[i:], '\n')
 			if nl < 0 {
 				// A comment to the end: the statement is only comments.
-				return 0, false
+				return 0, tagged
 			}
 			i += nl + 1
 		default:
-			return i, false
+			return i, tagged
 		}
 		at = i
 	}

@@ -98,7 +98,7 @@ func (c *conn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, e
 	ts := c.in.stateFor(ctx)
 	var s stmtStart
 	if c.in.measure {
-		s, ctx = c.in.startStmt(ctx, c, ts, "BEGIN", "BEGIN")
+		s, ctx = c.in.startOp(ctx, c, ts, opBegin, "BEGIN")
 	}
 	var (
 		tx  driver.Tx
@@ -130,11 +130,11 @@ func (c *conn) ExecContext(ctx context.Context, query string, args []driver.Name
 		return nil, driver.ErrSkip
 	}
 	ts := c.in.stateFor(ctx)
-	sent := c.in.query(ts, query)
 	if !c.in.measure {
-		return ex.ExecContext(ctx, sent, args)
+		return ex.ExecContext(ctx, c.in.query(ts, query), args)
 	}
-	s, sctx := c.in.startStmt(ctx, c, ts, query, sent)
+	sent, o := c.in.queryOp(ts, query)
+	s, sctx := c.in.startOp(ctx, c, ts, o, sent)
 	res, err := ex.ExecContext(sctx, sent, args)
 	if err == driver.ErrSkip { //nolint:errorlint // a sentinel the driver returns as is
 		c.skipArgs.Store(len(args) > 0)
@@ -151,11 +151,11 @@ func (c *conn) QueryContext(ctx context.Context, query string, args []driver.Nam
 		return nil, driver.ErrSkip
 	}
 	ts := c.in.stateFor(ctx)
-	sent := c.in.query(ts, query)
 	if !c.in.measure {
-		return qr.QueryContext(ctx, sent, args)
+		return qr.QueryContext(ctx, c.in.query(ts, query), args)
 	}
-	s, sctx := c.in.startStmt(ctx, c, ts, query, sent)
+	sent, o := c.in.queryOp(ts, query)
+	s, sctx := c.in.startOp(ctx, c, ts, o, sent)
 	rows, err := qr.QueryContext(sctx, sent, args)
 	if err == driver.ErrSkip { //nolint:errorlint // a sentinel the driver returns as is
 		c.skipArgs.Store(len(args) > 0)
@@ -191,16 +191,13 @@ func (c *conn) ResetSession(ctx context.Context) error {
 		err = sr.ResetSession(ctx)
 		// database/sql drops the connection only on ErrBadConn; with any
 		// other error it still hands the connection out, so the hold starts.
-		if errors.Is(err, driver.ErrBadConn) {
+		if err != nil && errors.Is(err, driver.ErrBadConn) {
 			return err
 		}
 	}
 	if c.in.measure {
-		if _, ok := TagFrom(ctx); ok {
-			c.in.borrow(ctx, c, c.in.stateFor(ctx))
-		} else {
-			c.in.borrow(ctx, c, nil)
-		}
+		// nil when the borrower has no tag: the first statement names it.
+		c.in.borrow(ctx, c, c.in.taggedState(ctx))
 	}
 	return err
 }

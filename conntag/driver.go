@@ -88,8 +88,11 @@ func (c *connector) Connect(ctx context.Context) (driver.Conn, error) {
 		}
 		return &conn{inner: ci, in: c.in}, nil
 	}
-	ts := c.in.stateFor(ctx)
-	_, tagged := TagFrom(ctx)
+	tagged := c.in.taggedState(ctx)
+	ts := tagged
+	if ts == nil {
+		ts = c.in.deflt
+	}
 	start := time.Now()
 	ci, err := c.inner.Connect(ctx)
 	if err != nil {
@@ -106,8 +109,8 @@ func (c *connector) Connect(ctx context.Context) (driver.Conn, error) {
 		}
 	}
 	c.in.track(cn)
-	if tagged {
-		c.in.borrow(ctx, cn, ts)
+	if tagged != nil {
+		c.in.borrow(ctx, cn, tagged)
 	}
 	return cn, nil
 }

@@ -118,9 +118,17 @@ func (in *instr) wall(ts int64) time.Time { return in.epoch.Add(time.Duration(ts
 
 // stateFor returns the tag state of a statement or borrow context.
 func (in *instr) stateFor(ctx context.Context) *tagState {
+	if ts := in.taggedState(ctx); ts != nil {
+		return ts
+	}
+	return in.deflt
+}
+
+// taggedState is the state of ctx's tag, or nil when ctx carries none.
+func (in *instr) taggedState(ctx context.Context) *tagState {
 	tv, ok := ctx.Value(tagKey{}).(*tagValue)
 	if !ok {
-		return in.deflt
+		return nil
 	}
 	if ts := tv.cached.Load(); ts != nil && ts.owner == in {
 		return ts
@@ -200,6 +208,14 @@ func (in *instr) query(ts *tagState, query string) string {
 	return in.com.inject(query, ts.comment)
 }
 
+// queryOp is query that also finds the statement's operation, in one scan.
+func (in *instr) queryOp(ts *tagState, query string) (string, op) {
+	if in.cfg.format == FormatNone {
+		return query, operationOf(query)
+	}
+	return in.com.injectOp(query, ts.comment)
+}
+
 // track and untrack keep the set of live connections (once per connection,
 // not per statement).
 func (in *instr) track(c *conn) {
@@ -222,12 +238,7 @@ type stmtStart struct {
 	span trace.Span
 }
 
-// startStmt is called before a driver call that is a statement.
-func (in *instr) startStmt(ctx context.Context, c *conn, ts *tagState, rawQuery, sent string) (stmtStart, context.Context) {
-	return in.startOp(ctx, c, ts, operationOf(rawQuery), sent)
-}
-
-// startOp is startStmt for a statement whose operation is known.
+// startOp is called before a driver call that is a statement.
 func (in *instr) startOp(ctx context.Context, c *conn, ts *tagState, o op, sent string) (stmtStart, context.Context) {
 	in.ensureHold(ctx, c, ts)
 	s := stmtStart{at: in.now(), ts: ts, op: o}

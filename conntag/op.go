@@ -32,6 +32,12 @@ var opNames = [numOps]string{
 // after leading comments, compared without case.
 func operationOf(q string) op {
 	i, _ := insertPoint(q)
+	return operationAt(q, i)
+}
+
+// operationAt is operationOf for a statement whose first keyword starts at
+// i (its insert point).
+func operationAt(q string, i int) op {
 	j := i
 	for j < len(q) && j-i < 9 && (q[j]|0x20 >= 'a' && q[j]|0x20 <= 'z') {
 		j++

@@ -102,6 +102,7 @@ func TestOperationOf(t *testing.T) {
 		"select 1": "SELECT", "/* x */ INSERT INTO t": "INSERT", "Update t": "UPDATE", "  delete": "DELETE",
 		"WITH x AS (SELECT 1) SELECT": "WITH", "start transaction": "BEGIN", "COMMIT": "COMMIT",
 		"rollback": "ROLLBACK", "SELECTED": "OTHER", "": "OTHER", "(SELECT 1)": "OTHER", "set @a=1": "SET",
+		"/* conn_tag:mine */ UPDATE t": "UPDATE", "/* a */ /* conn_tag:b */ -- c\nDELETE FROM t": "DELETE",
 	} {
 		if got := opNames[operationOf(q)]; got != want {
 			t.Errorf("operationOf(%q) = %s, want %s", q, got, want)

@@ -17,14 +17,14 @@ type txn struct {
 }
 
 func (t *txn) Commit() error {
-	s, _ := t.conn.in.startStmt(context.Background(), t.conn, t.ts, "COMMIT", "COMMIT")
+	s, _ := t.conn.in.startOp(context.Background(), t.conn, t.ts, opCommit, "COMMIT")
 	err := t.inner.Commit()
 	t.conn.in.endStmt(t.conn, s, err)
 	return err
 }
 
 func (t *txn) Rollback() error {
-	s, _ := t.conn.in.startStmt(context.Background(), t.conn, t.ts, "ROLLBACK", "ROLLBACK")
+	s, _ := t.conn.in.startOp(context.Background(), t.conn, t.ts, opRollback, "ROLLBACK")
 	err := t.inner.Rollback()
 	t.conn.in.endStmt(t.conn, s, err)
 	return err

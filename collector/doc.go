@@ -81,9 +81,16 @@
 //     information_schema.INNODB_LOCK_WAITS; MySQL 8.0:
 //     performance_schema.data_lock_waits, chosen by VERSION()). A session
 //     holds its server connection while a statement runs or a transaction is
-//     open; hold is integrated over polls. Polls must be at least
-//     MinServerInterval apart: InnoDB freezes INNODB_TRX when read more
-//     often than every 100 ms.
+//     open. An open transaction's hold is integrated over polls (its idle
+//     time is what sampling is for); a statement outside a transaction is
+//     credited its exact time (TIMER_WAIT) once it completes, since
+//     sampling would credit a 40 ms statement a whole interval or nothing.
+//     Statements the driver sends by itself (SET TRANSACTION, SET NAMES,
+//     SET autocommit, BEGIN/COMMIT, conntag's SELECT CONNECTION_ID()) name
+//     no tag and are not counted. Polls must be at least MinServerInterval
+//     apart: InnoDB freezes INNODB_TRX when read more often than every
+//     100 ms, and MariaDB may list a just-committed transaction for up to
+//     100 ms (a session idle since its COMMIT is not counted as holding).
 //   - OTLP/HTTP (Config.OTLP): conntag's db.connection.hold spans (hold,
 //     active, idle per tag, app side) and statement spans (statements,
 //     errors), protobuf or JSON, source "otlp", target OTLPConfig.Target.

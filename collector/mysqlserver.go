@@ -23,7 +23,7 @@ const (
 	// The last statements of every session (10 per thread by default):
 	// the tag of a session idle in a transaction, statements and errors.
 	// SQL_TEXT keeps comments, unlike statement digests.
-	queryServerHistory = `SELECT t.PROCESSLIST_ID, h.EVENT_ID, h.SQL_TEXT, h.ERRORS ` +
+	queryServerHistory = `SELECT t.PROCESSLIST_ID, h.EVENT_ID, h.SQL_TEXT, h.ERRORS, h.TIMER_WAIT ` +
 		`FROM performance_schema.events_statements_history h ` +
 		`JOIN performance_schema.threads t ON t.THREAD_ID = h.THREAD_ID ` +
 		`WHERE t.PROCESSLIST_ID IS NOT NULL AND t.PROCESSLIST_ID <> CONNECTION_ID() AND h.SQL_TEXT IS NOT NULL`
@@ -49,7 +49,13 @@ type serverSession struct {
 	lastEvent int64  // highest statement EVENT_ID counted
 	tag       string // tag of the current transaction's last statement; "" unknown yet
 	tagEvent  int64  // the EVENT_ID that set tag
+	ended     bool   // its last statement was a COMMIT/ROLLBACK
 	seen      bool   // listed by the current poll
+	inTrx     bool   // in a transaction at the last poll
+	// exact is the time of the statements that completed since the last
+	// poll, per tag, from performance_schema: credited as they are when the
+	// session was not in a transaction (see apply).
+	exact map[string]float64
 }
 
 type serverRow struct {
@@ -62,9 +68,10 @@ type serverRow struct {
 }
 
 type heldRow struct {
-	id   int64
-	tag  string
-	idle bool
+	id    int64
+	tag   string
+	idle  bool
+	inTrx bool
 }
 
 // mysqlTarget polls one MySQL/MariaDB server.
@@ -147,10 +154,10 @@ func driverStatement(q []byte) bool {
 	return false
 }
 
-// isBoundary reports whether a statement starts or ends a transaction.
-func isBoundary(q string) bool {
+// boundary reports whether a statement starts or ends a transaction.
+func boundary(q string) (begin, end bool) {
 	class, _, _ := classify([]byte(q))
-	return class == classBegin || class == classCommit
+	return class == classBegin, class == classCommit
 }
 
 func (m *mysqlTarget) poll(ctx context.Context) error {
@@ -227,13 +234,14 @@ func (m *mysqlTarget) readHistory(ctx context.Context, conn *sql.Conn, bad *int)
 		tag      string
 		ok       bool
 		boundary int64 // the latest BEGIN/COMMIT's event
+		ended    bool  // that boundary ended a transaction
 	}
 	latest := map[int64]hist{}
 	for rs.Next() {
 		var id, event int64
 		var text string
-		var errs sql.NullInt64
-		if err := rs.Scan(&id, &event, &text, &errs); err != nil {
+		var errs, timerWait sql.NullInt64
+		if err := rs.Scan(&id, &event, &text, &errs, &timerWait); err != nil {
 			*bad++
 			continue
 		}
@@ -243,21 +251,27 @@ func (m *mysqlTarget) readHistory(ctx context.Context, conn *sql.Conn, bad *int)
 			m.sessions[id] = s
 		}
 		tag, ok := m.tagOfStatement(text)
-		if event > s.lastEvent && m.primed {
-			if class, _, _ := classify([]byte(text)); class != classBegin && class != classCommit {
-				d := m.delta(cmpTag(tag, ok))
-				d.stmts++
-				if errs.Int64 > 0 {
-					d.errors++
+		// Statements the driver sent by itself (ok false) are not counted:
+		// they are no business process's.
+		if ok && event > s.lastEvent && m.primed {
+			d := m.delta(tag)
+			d.stmts++
+			if errs.Int64 > 0 {
+				d.errors++
+			}
+			if timerWait.Valid { // picoseconds
+				if s.exact == nil {
+					s.exact = map[string]float64{}
 				}
+				s.exact[tag] += float64(timerWait.Int64) / 1e12
 			}
 		}
 		h := latest[id]
 		if ok && event >= h.event {
 			h.event, h.tag, h.ok = event, tag, true
 		}
-		if isBoundary(text) {
-			h.boundary = max(h.boundary, event)
+		if begin, end := boundary(text); (begin || end) && event > h.boundary {
+			h.boundary, h.ended = event, end
 		}
 		latest[id] = h
 	}
@@ -272,23 +286,16 @@ func (m *mysqlTarget) readHistory(ctx context.Context, conn *sql.Conn, bad *int)
 		}
 		switch {
 		case h.ok && h.event > h.boundary && h.event >= s.tagEvent:
-			s.tag, s.tagEvent = h.tag, h.event
+			s.tag, s.tagEvent, s.ended = h.tag, h.event, false
 		case h.boundary > s.tagEvent:
 			// A transaction began or ended after the last statement that
 			// named the session: its tag is not known until its next
 			// statement, which names the time held meanwhile (see apply).
-			s.tag, s.tagEvent = "", h.boundary
+			s.tag, s.tagEvent, s.ended = "", h.boundary, h.ended
 		}
 		s.lastEvent = max(s.lastEvent, h.event, h.boundary)
 	}
 	return nil
-}
-
-func cmpTag(tag string, ok bool) string {
-	if !ok {
-		return UntaggedTag
-	}
-	return tag
 }
 
 func (m *mysqlTarget) queryLockWaits(ctx context.Context, conn *sql.Conn) ([][2]int64, error) {
@@ -349,6 +356,12 @@ func (m *mysqlTarget) apply(at time.Time, rows []serverRow, waits [][2]int64) {
 	if !m.prevAt.IsZero() {
 		sec := min(at.Sub(m.prevAt), m.maxGap).Seconds()
 		for _, h := range m.held {
+			if !h.inTrx && m.historyOK {
+				// A statement outside a transaction: sampling would credit
+				// a 40 ms statement a whole interval or nothing; its exact
+				// time comes from performance_schema when it completes.
+				continue
+			}
 			tag := h.tag
 			if tag == UnknownTag {
 				// Held without a known tag at the last poll (a transaction
@@ -366,6 +379,19 @@ func (m *mysqlTarget) apply(at time.Time, rows []serverRow, waits [][2]int64) {
 			}
 		}
 	}
+	// Statements that completed since the last poll, of sessions that were
+	// not in a transaction then: the sampling above did not count them. (A
+	// transaction's statements are inside its sampled hold.)
+	for _, s := range m.sessions {
+		if !s.inTrx && !m.prevAt.IsZero() {
+			for tag, sec := range s.exact {
+				d := m.delta(tag)
+				d.hold += sec
+				d.active += sec
+			}
+		}
+		clear(s.exact)
+	}
 	m.prevAt = at
 	m.held = m.held[:0]
 	for _, s := range m.sessions {
@@ -382,14 +408,19 @@ func (m *mysqlTarget) apply(at time.Time, rows []serverRow, waits [][2]int64) {
 			m.sessions[r.id] = &serverSession{seen: true}
 		}
 		active := r.command != "Sleep"
-		if !active && !r.inTrx {
+		sess := m.sessions[r.id]
+		inTrx := r.inTrx && (active || !sess.ended)
+		// MariaDB serves INNODB_TRX from a cache up to 100 ms old: a session
+		// idle since its COMMIT may still show its transaction.
+		sess.inTrx = inTrx
+		if !active && !inTrx {
 			continue
 		}
 		tag := m.sessionTag(r)
 		tagOf[r.id] = tag
-		m.held = append(m.held, heldRow{id: r.id, tag: tag, idle: !active})
+		m.held = append(m.held, heldRow{id: r.id, tag: tag, idle: !active, inTrx: inTrx})
 		sessions[tag]++
-		if r.inTrx {
+		if inTrx {
 			f := trx[tag]
 			f.count++
 			f.maxAge = max(f.maxAge, r.trxAge)

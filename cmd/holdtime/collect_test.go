@@ -92,14 +92,21 @@ func TestCollectServesAndStops(t *testing.T) {
 	if code, body := get("/api/v1/top?window=10s"); code != 200 || !strings.Contains(body, `"rows"`) {
 		t.Errorf("/api/v1/top: %d %s", code, body)
 	}
+	// The source is down from the start (it has never answered); wait for
+	// its first failed poll, which the daemon logs.
 	var metrics string
-	for i := 0; i < 100; i++ { // until the first failed poll marked the source down
-		_, metrics = get("/metrics")
-		if strings.Contains(metrics, `holdtime_source_up{source="proxysql_processlist",target="px1"} 0`) {
-			break
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	timeout := time.After(10 * time.Second)
+wait:
+	for !strings.Contains(errOut.String(), "source down") {
+		select {
+		case <-tick.C:
+		case <-timeout:
+			break wait // the check below reports it
 		}
-		time.Sleep(20 * time.Millisecond) // polls are internal to the daemon
 	}
+	_, metrics = get("/metrics")
 	if !strings.Contains(metrics, `holdtime_source_up{source="proxysql_processlist",target="px1"} 0`) {
 		t.Errorf("down source not reported:\n%s", metrics)
 	}

@@ -77,25 +77,34 @@ func (c commenter) comment(tag string) string {
 
 // inject returns query with comment inserted where format wants it.
 func (c commenter) inject(query, comment string) string {
-	sent, _ := c.injectOp(query, comment)
-	return sent
+	if c.format != FormatConnTag {
+		return c.append(query, comment)
+	}
+	at, tagged := insertPoint(query)
+	return insertAt(query, comment, at, tagged)
 }
 
 // injectOp is inject that also returns the statement's operation, so that
-// the statement is scanned once.
+// the statement is scanned once. Only the measuring path needs the
+// operation; inject does not pay for it.
 func (c commenter) injectOp(query, comment string) (string, op) {
 	if c.format != FormatConnTag {
 		return c.append(query, comment), operationOf(query)
 	}
 	at, tagged := insertPoint(query)
-	o := operationAt(query, at)
-	if tagged {
-		return query, o
+	return insertAt(query, comment, at, tagged), operationAt(query, at)
+}
+
+// insertAt puts comment at offset at, unless the statement is tagged
+// already (one concatenation: one allocation).
+func insertAt(query, comment string, at int, tagged bool) string {
+	switch {
+	case tagged:
+		return query
+	case at == 0:
+		return comment + query
 	}
-	if at == 0 {
-		return comment + query, o
-	}
-	return query[:at] + comment + query[at:], o
+	return query[:at] + comment + query[at:]
 }
 
 // append writes the sqlcommenter form, or leaves the query alone.

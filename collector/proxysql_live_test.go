@@ -16,9 +16,7 @@ import (
 // log, and from sampling with the events log, must be within 15% of what
 // the clients measured.
 func TestLiveProxySQL(t *testing.T) {
-	if !testenv.ProxySQLAvailable() {
-		t.Skip("proxysql is not on PATH")
-	}
+	testenv.RequireProxySQL(t)
 	d := testenv.NewDatabase(t)
 	ctx := context.Background()
 	px, err := testenv.StartProxySQL(ctx, testenv.ProxySQLOptions{Backend: testenv.Shared(t), Schema: d.Name})

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"testing"
 	"text/template"
 	"time"
 
@@ -59,6 +60,28 @@ type ProxySQL struct {
 // ProxySQLAvailable reports whether a proxysql binary is on PATH.
 func ProxySQLAvailable() bool { _, err := exec.LookPath("proxysql"); return err == nil }
 
+// RequireProxyEnv, set to 1, makes RequireProxySQL fail instead of skip: CI
+// sets it when it has put a proxysql binary on PATH, so that a live ProxySQL
+// test can never pass by skipping there.
+const RequireProxyEnv = "HOLDTIME_REQUIRE_PROXYSQL"
+
+const proxysqlInstallHint = "proxysql is not on PATH: install it from ProxySQL's packages " +
+	"(https://proxysql.com/documentation/installing-proxysql/) or put a proxysql binary on PATH"
+
+// RequireProxySQL skips the test when no proxysql binary is on PATH, naming
+// the install, as on a user's machine; with HOLDTIME_REQUIRE_PROXYSQL=1 it
+// fails it instead.
+func RequireProxySQL(tb testing.TB) {
+	tb.Helper()
+	if ProxySQLAvailable() {
+		return
+	}
+	if os.Getenv(RequireProxyEnv) == "1" {
+		tb.Fatal(proxysqlInstallHint + " (" + RequireProxyEnv + "=1 requires the live ProxySQL tests to run)")
+	}
+	tb.Skip(proxysqlInstallHint)
+}
+
 // The config file format is libconfig's, as in ProxySQL's etc/proxysql.cnf.
 var proxysqlConfig = template.Must(template.New("proxysql.cnf").Parse(`datadir="{{.Dir}}"
 errorlog="{{.Dir}}/proxysql.log"
@@ -100,7 +123,7 @@ func StartProxySQL(ctx context.Context, opts ProxySQLOptions) (_ *ProxySQL, err 
 	bin := opts.Binary
 	if bin == "" {
 		if bin, err = exec.LookPath("proxysql"); err != nil {
-			return nil, fmt.Errorf("testenv: proxysql is not on PATH: %w; install it from ProxySQL's packages (https://proxysql.com/documentation/installing-proxysql/)", ErrNotInstalled)
+			return nil, fmt.Errorf("testenv: %s: %w", proxysqlInstallHint, ErrNotInstalled)
 		}
 	}
 	if opts.Backend == nil {

@@ -34,6 +34,11 @@ type ProxySQLOptions struct {
 	Threads int
 	// Timeout bounds the start. Default 30 s.
 	Timeout time.Duration
+	// StatsUser and StatsPass are the admin interface's read-only account
+	// (admin-stats_credentials), which sees the stats schema and nothing it
+	// could change. Default: "holdtime_stats" with a random password.
+	StatsUser string
+	StatsPass string
 }
 
 // ProxySQL is a running throwaway ProxySQL in front of a test server, with
@@ -46,6 +51,8 @@ type ProxySQL struct {
 	AppPass   string
 	AdminUser string
 	AdminPass string
+	StatsUser string // the read-only admin account (stats_credentials)
+	StatsPass string
 	// EventsLog is the events log path prefix; ProxySQL appends a sequence
 	// number (events.json.00000001, ...).
 	EventsLog string
@@ -88,6 +95,7 @@ errorlog="{{.Dir}}/proxysql.log"
 admin_variables=
 {
 	admin_credentials="{{.AdminUser}}:{{.AdminPass}}"
+	stats_credentials="{{.StatsUser}}:{{.StatsPass}}"
 	mysql_ifaces="{{.AdminAddr}}"
 	restapi_enabled=false
 	web_enabled=false
@@ -168,6 +176,8 @@ func StartProxySQL(ctx context.Context, opts ProxySQLOptions) (_ *ProxySQL, err 
 		AppPass:   randomHex(8),
 		AdminUser: "holdtime_admin",
 		AdminPass: randomHex(8),
+		StatsUser: cmp.Or(opts.StatsUser, "holdtime_stats"),
+		StatsPass: cmp.Or(opts.StatsPass, randomHex(8)),
 		EventsLog: filepath.Join(dir, "events.json"),
 		Schema:    opts.Schema,
 		dir:       dir,
@@ -197,6 +207,7 @@ func StartProxySQL(ctx context.Context, opts ProxySQLOptions) (_ *ProxySQL, err 
 	}
 	err = proxysqlConfig.Execute(f, map[string]any{
 		"Dir": dir, "AdminUser": p.AdminUser, "AdminPass": p.AdminPass, "AdminAddr": p.AdminAddr,
+		"StatsUser": p.StatsUser, "StatsPass": p.StatsPass,
 		"AppAddr": p.AppAddr, "Threads": cmp.Or(opts.Threads, 2), "EventsLog": p.EventsLog,
 		"BackendHost": host, "BackendPort": port, "AppUser": p.AppUser, "AppPass": p.AppPass, "Schema": opts.Schema,
 	})
@@ -234,6 +245,14 @@ func StartProxySQL(ctx context.Context, opts ProxySQLOptions) (_ *ProxySQL, err 
 func (p *ProxySQL) AdminDSN() string {
 	cfg := mysql.NewConfig()
 	cfg.User, cfg.Passwd, cfg.Net, cfg.Addr = p.AdminUser, p.AdminPass, "tcp", p.AdminAddr
+	return cfg.FormatDSN()
+}
+
+// StatsDSN is a DSN for the admin interface's read-only account: what a
+// collector needs, and nothing more.
+func (p *ProxySQL) StatsDSN() string {
+	cfg := mysql.NewConfig()
+	cfg.User, cfg.Passwd, cfg.Net, cfg.Addr = p.StatsUser, p.StatsPass, "tcp", p.AdminAddr
 	return cfg.FormatDSN()
 }
 

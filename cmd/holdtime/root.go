@@ -50,6 +50,7 @@ the app, ProxySQL and the MySQL server, or offline from ProxySQL's events log.`,
 		newDashboardsCmd(),
 		newFlashsaleCmd(),
 		newTestenvCmd(),
+		newProbeCmd(),
 	} {
 		root.AddCommand(c)
 	}

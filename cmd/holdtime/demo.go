@@ -20,11 +20,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/holdtime/holdtime/collector"
 	"github.com/holdtime/holdtime/conntag"
@@ -188,11 +186,10 @@ func (d *demoCmd) run(ctx context.Context) error {
 	}
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader), sdkmetric.WithReader(exporter))
 	defer mp.Shutdown(context.WithoutCancel(ctx))
-	spans, err := otlptracehttp.New(ctx, otlptracehttp.WithEndpointURL(base+"/v1/traces"))
+	tp, err := exportSpans(ctx, base+"/v1/traces")
 	if err != nil {
 		return err
 	}
-	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(spans, sdktrace.WithBatchTimeout(500*time.Millisecond)))
 	defer tp.Shutdown(context.WithoutCancel(ctx))
 	connector, err := mysql.NewConnector(appCfg)
 	if err != nil {

@@ -46,6 +46,7 @@ type flashsaleCmd struct {
 	txWork       time.Duration
 	duration     time.Duration
 	metricsAddr  string
+	otlpEndpoint string
 }
 
 // flashsaleStrategies are the strategies --compare runs, the engine first.
@@ -92,6 +93,7 @@ which it creates the engine's tables (inventory_*) and sells in a shop of its ow
 	fl.DurationVar(&f.txWork, "tx-work", 0, "application work inside the reserve transaction, holding its locks")
 	fl.DurationVar(&f.duration, "duration", 0, "stop admitting buyers after this long (0: until every buyer is done)")
 	fl.StringVar(&f.metricsAddr, "metrics-listen", "", "serve the sale's app-side metrics (conntag, reservation engine) on this address at /metrics while it runs, e.g. 127.0.0.1:9480")
+	fl.StringVar(&f.otlpEndpoint, "otlp-endpoint", "", "send conntag's spans (hold and statement, with the session id) over OTLP/HTTP to this URL, e.g. http://127.0.0.1:9479/v1/traces (holdtime collect --otlp)")
 	return cmd
 }
 
@@ -121,6 +123,13 @@ func (f *flashsaleCmd) config() (flashsale.Config, []reservation.Strategy, error
 		if d < 0 {
 			return cfg, nil, fmt.Errorf("%s %v is negative", name, d)
 		}
+	}
+	if f.otlpEndpoint != "" {
+		u, err := otlpTracesURL(f.otlpEndpoint)
+		if err != nil {
+			return cfg, nil, err
+		}
+		f.otlpEndpoint = u
 	}
 	if f.compare {
 		return cfg, flashsaleStrategies, nil
@@ -152,6 +161,14 @@ func (f *flashsaleCmd) run(ctx context.Context) error {
 		}
 		defer stop()
 		cfg.MeterProvider = mp
+	}
+	if f.otlpEndpoint != "" {
+		db, stop, err := flashsaleSpanDB(ctx, f.otlpEndpoint, mc, cfg)
+		if err != nil {
+			return err
+		}
+		defer stop()
+		cfg.DB = db
 	}
 	if !f.jsonOut {
 		fmt.Fprintf(f.out, "flash sale on %s: %d buyers, %d at once, %d item(s) x %d location(s) x %d units\n\n",

@@ -1,9 +1,11 @@
 // Tests of the docker-compose stack's files, each checked by the tool that
 // owns it where one is installed: promtool for the Prometheus config and the
 // alert rules (with their unit tests), Debian's docker-compose for the
-// compose file. No container engine is needed. Without a tool the test
-// skips, except under CI=true, where it fails: .ci/install-deps installs
-// them.
+// compose file (and, on its normalized output, what an SRE expects: exact
+// images, restart policies, health checks, start order). No container
+// engine is needed. Without a tool the test skips, except under CI=true,
+// where it fails: .ci/install-deps installs them. live_test.go runs the
+// collector and the health checks against a real ProxySQL.
 package deploy_test
 
 import (
@@ -79,12 +81,155 @@ func TestPrometheusConfig(t *testing.T) {
 func TestComposeFile(t *testing.T) {
 	compose := tool(t, "docker-compose", "sudo apt-get install -y docker-compose")
 	out := runTool(t, "..", compose, "-f", "docker-compose.yml", "config")
-	for _, want := range []string{"mysql:8.4", "proxysql/proxysql:", "prom/prometheus:", "grafana/grafana:",
-		"--listen=0.0.0.0:9479", "--proxysql-events-log=", "--mysql=", "flashsale"} {
+	for _, want := range []string{"mysql:8.4.", "target: proxysql", "prom/prometheus:", "grafana/grafana:",
+		"--listen=0.0.0.0:9479", "--proxysql-events-log=", "--mysql=", "flashsale", "--otlp",
+		"--otlp-endpoint=http://collector:9479/v1/traces"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("docker-compose config has no %q", want)
 		}
 	}
+	services := parseComposeConfig(t, out)
+	for _, name := range []string{"mysql", "proxysql", "collector", "workload", "prometheus", "grafana"} {
+		if services[name] == nil {
+			t.Errorf("no service %s", name)
+		}
+	}
+	// What an SRE expects of every service: it comes back after a crash or
+	// a reboot, says whether it is healthy, and runs an exact image.
+	for name, s := range services {
+		if s.restart != "unless-stopped" && s.restart != "always" {
+			t.Errorf("%s: restart %q, want unless-stopped or always", name, s.restart)
+		}
+		if len(s.healthTest) < 2 || s.healthTest[0] != "CMD" {
+			t.Errorf("%s: health check %q, want an exec-form CMD", name, s.healthTest)
+		}
+		if s.build {
+			if s.image == "" || strings.Contains(s.image, "/") {
+				t.Errorf("%s is built here: name its image locally (holdtime:local), not %q", name, s.image)
+			}
+			if s.healthTest[1] != "/usr/local/bin/holdtime" || s.healthTest[2] != "probe" {
+				t.Errorf("%s: a holdtime image checks itself with holdtime probe, not %q", name, s.healthTest)
+			}
+		} else if !exactImage.MatchString(s.image) {
+			t.Errorf("%s: image %q is not pinned to an exact version (x.y.z tag or digest)", name, s.image)
+		}
+	}
+	// Start order where it matters: ProxySQL needs its backend, the
+	// collector its sources, the workload ProxySQL and a collector ready
+	// for its spans.
+	for name, deps := range map[string][]string{
+		"proxysql":  {"mysql"},
+		"collector": {"mysql", "proxysql"},
+		"workload":  {"proxysql", "collector"},
+	} {
+		for _, dep := range deps {
+			if got := services[name].dependsOn[dep]; got != "service_healthy" {
+				t.Errorf("%s depends on %s with condition %q, want service_healthy", name, dep, got)
+			}
+		}
+	}
+	for name, s := range services {
+		for dep, cond := range s.dependsOn {
+			if cond == "service_healthy" && services[dep] != nil && len(services[dep].healthTest) == 0 {
+				t.Errorf("%s waits for %s to be healthy, which has no health check", name, dep)
+			}
+		}
+	}
+}
+
+// exactImage is an image pinned to an x.y.z version, a digest, or both.
+var exactImage = regexp.MustCompile(`^[a-z0-9./_-]+(:v?[0-9]+\.[0-9]+\.[0-9]+[A-Za-z0-9._-]*(@sha256:[0-9a-f]{64})?|(:[A-Za-z0-9._-]+)?@sha256:[0-9a-f]{64})$`)
+
+// TestDockerfileBases checks that every base image is pinned exactly.
+func TestDockerfileBases(t *testing.T) {
+	b, err := os.ReadFile("../Dockerfile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	froms := regexp.MustCompile(`(?m)^FROM\s+(\S+)`).FindAllStringSubmatch(string(b), -1)
+	if len(froms) < 3 {
+		t.Fatalf("found %d FROM lines, want the build, proxysql and runtime stages", len(froms))
+	}
+	for _, f := range froms {
+		if !exactImage.MatchString(f[1]) {
+			t.Errorf("FROM %s is not pinned to an exact version (x.y.z tag or digest)", f[1])
+		}
+	}
+	// The ProxySQL the captures and the live tests use.
+	if !regexp.MustCompile(`(?m)^FROM proxysql/proxysql:2\.7\.1 AS proxysql$`).Match(b) {
+		t.Error("the proxysql stage is not FROM proxysql/proxysql:2.7.1 AS proxysql")
+	}
+}
+
+// composeSvc is what TestComposeFile checks of one service.
+type composeSvc struct {
+	image, restart string
+	build          bool
+	healthTest     []string
+	dependsOn      map[string]string // service -> condition
+}
+
+// parseComposeConfig reads the normalized YAML `docker-compose config`
+// prints (two-space indents, block lists at their key's indent): enough of
+// it for the checks above, without a YAML library.
+func parseComposeConfig(t *testing.T, out string) map[string]*composeSvc {
+	t.Helper()
+	services := map[string]*composeSvc{}
+	var svc *composeSvc
+	var section, sub string // key at indent 4, key at indent 6
+	inServices := false
+	unquote := func(v string) string {
+		if len(v) >= 2 && (v[0] == '\'' && v[len(v)-1] == '\'' || v[0] == '"' && v[len(v)-1] == '"') {
+			v = strings.ReplaceAll(v[1:len(v)-1], "''", "'")
+		}
+		return v
+	}
+	for _, line := range strings.Split(out, "\n") {
+		trimmed := strings.TrimLeft(line, " ")
+		indent := len(line) - len(trimmed)
+		if trimmed == "" {
+			continue
+		}
+		key, value, isKey := strings.Cut(trimmed, ":")
+		if strings.HasPrefix(trimmed, "- ") {
+			isKey = false
+		}
+		value = unquote(strings.TrimSpace(value))
+		switch {
+		case indent == 0:
+			inServices = trimmed == "services:"
+			svc = nil
+		case !inServices:
+		case indent == 2 && isKey:
+			svc = &composeSvc{dependsOn: map[string]string{}}
+			services[key] = svc
+			section, sub = "", ""
+		case svc == nil:
+		case indent == 4 && isKey:
+			section, sub = key, ""
+			switch key {
+			case "image":
+				svc.image = value
+			case "restart":
+				svc.restart = value
+			case "build":
+				svc.build = true
+			}
+		case indent == 6 && isKey:
+			sub = key
+			if section == "depends_on" {
+				svc.dependsOn[key] = ""
+			}
+		case indent == 6 && section == "healthcheck" && sub == "test" && strings.HasPrefix(trimmed, "- "):
+			svc.healthTest = append(svc.healthTest, unquote(strings.TrimPrefix(trimmed, "- ")))
+		case indent == 8 && section == "depends_on" && key == "condition":
+			svc.dependsOn[sub] = value
+		}
+	}
+	if len(services) == 0 {
+		t.Fatalf("no services in docker-compose config:\n%s", out)
+	}
+	return services
 }
 
 // TestComposeMountsExist checks that every file or directory the compose
@@ -131,5 +276,22 @@ func TestProxySQLConfig(t *testing.T) {
 	}
 	if !strings.Contains(string(compose), "--proxysql-events-log=proxysql=/var/lib/proxysql-events/events.json") {
 		t.Error("the collector does not read the events log ProxySQL writes")
+	}
+	// The collector and the ProxySQL health check use the read-only stats
+	// account, which must not be an admin account as well.
+	user, pass := statsCredentials(t)
+	for _, svc := range []string{"collector", "proxysql"} {
+		if !strings.Contains(composeService(t, svc), user+":"+pass+"@tcp(") {
+			t.Errorf("compose service %s does not log in to ProxySQL with the stats account %s", svc, user)
+		}
+	}
+	admins := regexp.MustCompile(`(?m)^\s*admin_credentials="([^"]*)"`).FindStringSubmatch(string(b))
+	if admins == nil {
+		t.Fatal("proxysql.cnf has no admin_credentials")
+	}
+	for _, cred := range strings.Split(admins[1], ";") {
+		if strings.HasPrefix(cred, user+":") {
+			t.Errorf("%s is an admin account too: the collector must not have admin rights", user)
+		}
 	}
 }

@@ -35,7 +35,7 @@ type probeCmd struct {
 func newProbeCmd() *cobra.Command {
 	p := &probeCmd{}
 	cmd := &cobra.Command{
-		Use:   "probe URL | probe mysql",
+		Use:   "probe URL|mysql",
 		Short: "Health check: GET an http(s) URL, or run a query on a MySQL-protocol server; exit 0 when healthy",
 		Long: `probe checks one thing once and exits 0 when it is healthy, 1 when it is not, with one
 line saying why. It is the health check of the holdtime image, which has no shell and no

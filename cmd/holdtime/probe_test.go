@@ -222,3 +222,17 @@ func TestProbeMySQLClosed(t *testing.T) {
 		t.Errorf("the driver logged besides the probe's line: %q", logged.String())
 	}
 }
+
+func TestProbeHelp(t *testing.T) {
+	code, out, errOut := runCLI(t, "--help")
+	if code != 0 || !strings.Contains(out, "\n  probe ") {
+		t.Errorf("root help does not list probe: exit %d, %q", code, errOut)
+	}
+	code, out, errOut = runCLI(t, "probe", "--help")
+	if code != 0 || !strings.Contains(out, "Usage:") || !strings.Contains(out, "holdtime probe http://127.0.0.1:9479/readyz") {
+		t.Errorf("probe --help: exit %d, %q %q", code, out, errOut)
+	}
+	args := []string{"probe"}
+	code, out, errOut = runCLI(t, args...)
+	oneLineError(t, args, code, out, errOut, "accepts 1 arg(s)", "")
+}

@@ -1,0 +1,2 @@
+// Package locks names the business process behind every InnoDB lock.
+package locks

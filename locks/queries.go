@@ -1,0 +1,86 @@
+package locks
+
+// The statements a Reader runs. None takes a lock on user data; none
+// changes a setting (SetLockOutput is the one exception, called only when
+// the user asks).
+const (
+	queryVersion = `SELECT VERSION()`
+
+	// Both flavours accept SHOW ... WHERE; a variable the server does not
+	// have (innodb_thread_concurrency on MariaDB 10.6+, thread_pool_* on
+	// MySQL) is simply absent.
+	queryVariables = `SHOW GLOBAL VARIABLES WHERE Variable_name IN ('max_connections', 'thread_handling', ` +
+		`'thread_pool_size', 'thread_pool_max_threads', 'innodb_thread_concurrency', 'innodb_status_output_locks')`
+	queryStatusVars = `SHOW GLOBAL STATUS WHERE Variable_name IN ('Threads_running', 'Threads_connected', ` +
+		`'Innodb_deadlocks', 'Innodb_truncated_status_writes')`
+
+	// Open InnoDB transactions, oldest first, with their session. A
+	// transaction shows here once it touched InnoDB (BEGIN alone does not);
+	// MariaDB serves the table from a cache up to 100 ms old. String
+	// columns are scanned as NULL-able: MariaDB 10.11 cuts COALESCE(enum
+	// column, '') to 5 bytes in the binary protocol.
+	queryTransactions = `SELECT t.trx_id, t.trx_state, COALESCE(TIMESTAMPDIFF(SECOND, t.trx_started, NOW()), 0), ` +
+		`COALESCE(TIMESTAMPDIFF(SECOND, t.trx_wait_started, NOW()), 0), COALESCE(t.trx_mysql_thread_id, 0), ` +
+		`t.trx_operation_state, t.trx_isolation_level, COALESCE(t.trx_rows_locked, 0), ` +
+		`COALESCE(t.trx_rows_modified, 0), COALESCE(t.trx_lock_structs, 0), p.COMMAND, ` +
+		`COALESCE(p.INFO, t.trx_query) ` +
+		`FROM information_schema.INNODB_TRX t ` +
+		`LEFT JOIN information_schema.PROCESSLIST p ON p.ID = t.trx_mysql_thread_id ` +
+		`WHERE COALESCE(t.trx_mysql_thread_id, 0) <> CONNECTION_ID() ` +
+		`ORDER BY t.trx_started, t.trx_id LIMIT ?`
+
+	// The last statements of the given sessions (10 per thread by
+	// default): the tag of a session idle in its transaction. SQL_TEXT
+	// keeps comments; statement digests do not. The IN list is one ? per
+	// session.
+	queryHistoryPrefix = `SELECT t.PROCESSLIST_ID, h.EVENT_ID, h.SQL_TEXT ` +
+		`FROM performance_schema.events_statements_history h ` +
+		`JOIN performance_schema.threads t ON t.THREAD_ID = h.THREAD_ID ` +
+		`WHERE h.SQL_TEXT IS NOT NULL AND t.PROCESSLIST_ID IN (`
+
+	queryInnoDBStatus = `SHOW ENGINE INNODB STATUS`
+
+	// MariaDB (and MySQL 5.7) keep lock waits in information_schema. The
+	// requester is joined by its requested lock: read-only transactions
+	// can share trx_id 0.
+	queryWaitsMariaDB = `SELECT w.requesting_trx_id, w.blocking_trx_id, ` +
+		`COALESCE(rt.trx_mysql_thread_id, 0), COALESCE(bt.trx_mysql_thread_id, 0), ` +
+		`l.lock_table, l.lock_index, l.lock_type, l.lock_mode, ` +
+		`COALESCE(l.lock_data = 'supremum pseudo-record', 0) ` +
+		`FROM information_schema.INNODB_LOCK_WAITS w ` +
+		`LEFT JOIN information_schema.INNODB_TRX rt ON rt.trx_requested_lock_id = w.requested_lock_id ` +
+		`LEFT JOIN information_schema.INNODB_TRX bt ON bt.trx_id = w.blocking_trx_id ` +
+		`LEFT JOIN information_schema.INNODB_LOCKS l ON l.lock_id = w.requested_lock_id`
+
+	// MySQL 8.0 moved them to performance_schema (data_lock_waits,
+	// data_locks), keyed by performance_schema thread ids. Columns as the
+	// MySQL 8.0/8.4 reference manual lists them. Not run by this
+	// repository's CI (MariaDB only): kept small.
+	queryWaitsMySQL8 = `SELECT w.REQUESTING_ENGINE_TRANSACTION_ID, w.BLOCKING_ENGINE_TRANSACTION_ID, ` +
+		`COALESCE(rt.PROCESSLIST_ID, 0), COALESCE(bt.PROCESSLIST_ID, 0), ` +
+		`CONCAT(l.OBJECT_SCHEMA, '.', l.OBJECT_NAME), l.INDEX_NAME, ` +
+		`l.LOCK_TYPE, l.LOCK_MODE, COALESCE(l.LOCK_DATA = 'supremum pseudo-record', 0) ` +
+		`FROM performance_schema.data_lock_waits w ` +
+		`LEFT JOIN performance_schema.threads rt ON rt.THREAD_ID = w.REQUESTING_THREAD_ID ` +
+		`LEFT JOIN performance_schema.threads bt ON bt.THREAD_ID = w.BLOCKING_THREAD_ID ` +
+		`LEFT JOIN performance_schema.data_locks l ON l.ENGINE = w.ENGINE AND l.ENGINE_LOCK_ID = w.REQUESTING_ENGINE_LOCK_ID`
+	// Every lock of every transaction, counted on the server: one row per
+	// transaction, table, index, mode and state, not one per locked row.
+	queryLocksMySQL8 = `SELECT ENGINE_TRANSACTION_ID, CONCAT(OBJECT_SCHEMA, '.', OBJECT_NAME), INDEX_NAME, ` +
+		`LOCK_TYPE, LOCK_MODE, LOCK_STATUS, COALESCE(LOCK_DATA = 'supremum pseudo-record', 0) AS supremum, COUNT(*) ` +
+		`FROM performance_schema.data_locks WHERE ENGINE = 'INNODB' ` +
+		`GROUP BY ENGINE_TRANSACTION_ID, OBJECT_SCHEMA, OBJECT_NAME, INDEX_NAME, LOCK_TYPE, LOCK_MODE, LOCK_STATUS, supremum`
+	// MySQL counts deadlocks in INNODB_METRICS (lock_deadlocks, enabled by
+	// default); MariaDB in the status variable Innodb_deadlocks.
+	queryDeadlocksMySQL8 = `SELECT COUNT FROM information_schema.INNODB_METRICS WHERE NAME = 'lock_deadlocks' AND STATUS = 'enabled'`
+
+	// MariaDB's thread pool (thread_handling=pool-of-threads): per group,
+	// and the requests waiting in the queues.
+	queryThreadPoolGroups = `SELECT COUNT(*), COALESCE(SUM(CONNECTIONS), 0), COALESCE(SUM(THREADS), 0), ` +
+		`COALESCE(SUM(ACTIVE_THREADS), 0), COALESCE(SUM(STANDBY_THREADS), 0), COALESCE(SUM(QUEUE_LENGTH), 0), ` +
+		`COALESCE(SUM(IS_STALLED), 0) FROM information_schema.THREAD_POOL_GROUPS`
+	queryThreadPoolQueues = `SELECT COUNT(*), COALESCE(MAX(QUEUEING_TIME_MICROSECONDS), 0) FROM information_schema.THREAD_POOL_QUEUES`
+
+	setLockOutputOn  = `SET GLOBAL innodb_status_output_locks = ON`
+	setLockOutputOff = `SET GLOBAL innodb_status_output_locks = OFF`
+)

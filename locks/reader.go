@@ -1,0 +1,749 @@
+package locks
+
+import (
+	"cmp"
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// The tags of what cannot be attributed; the same words as package
+// collector's UntaggedTag and UnknownTag.
+const (
+	// UntaggedTag: the transaction's statements carry no tag.
+	UntaggedTag = "untagged"
+	// UnknownTag: no statement of the transaction could be seen.
+	UnknownTag = "unknown"
+)
+
+// Flavor is the kind of server.
+type Flavor string
+
+const (
+	MariaDB Flavor = "mariadb"
+	MySQL   Flavor = "mysql"
+)
+
+// Where a snapshot's lock counts come from.
+const (
+	// SourceStatus: SHOW ENGINE INNODB STATUS with
+	// innodb_status_output_locks=ON (MariaDB).
+	SourceStatus = "innodb_status"
+	// SourceDataLocks: performance_schema.data_locks (MySQL 8).
+	SourceDataLocks = "performance_schema.data_locks"
+)
+
+// Config configures a Reader. The zero value of every field but ParseTag is
+// its documented default.
+type Config struct {
+	// ParseTag reads a statement's tag: pass collector.ParseTag. Required
+	// (package locks cannot import the collector: the collector imports
+	// locks).
+	ParseTag func(statement string) (tag string, ok bool)
+	// MaxTransactions bounds the transactions a snapshot lists, oldest
+	// first. Default 1,000.
+	MaxTransactions int
+}
+
+// Reader reads the locks, lock waits, deadlocks and thread saturation of
+// one MySQL 8 or MariaDB 10.6+ server. It keeps no state between reads but
+// the server's flavour, and is safe for concurrent use.
+type Reader struct {
+	db  *sql.DB
+	cfg Config
+
+	mu      sync.Mutex
+	server  Server
+	haveVer bool
+}
+
+// Server names the server read.
+type Server struct {
+	Flavor  Flavor `json:"flavor"`
+	Version string `json:"version"`
+}
+
+// New returns a Reader on db. It runs no statement until the first read.
+func New(db *sql.DB, cfg Config) (*Reader, error) {
+	if db == nil {
+		return nil, errors.New("locks: New needs a *sql.DB")
+	}
+	if cfg.ParseTag == nil {
+		return nil, errors.New("locks: Config.ParseTag is required: pass collector.ParseTag")
+	}
+	if cfg.MaxTransactions < 0 {
+		return nil, fmt.Errorf("locks: Config.MaxTransactions %d is negative", cfg.MaxTransactions)
+	}
+	cfg.MaxTransactions = cmp.Or(cfg.MaxTransactions, 1000)
+	return &Reader{db: db, cfg: cfg}, nil
+}
+
+// Snapshot is what one Read saw.
+type Snapshot struct {
+	At     time.Time `json:"at"`
+	Server Server    `json:"server"`
+	// LockSource says where Transactions[].Locks come from: SourceStatus
+	// or SourceDataLocks.
+	LockSource string     `json:"lock_source"`
+	LockOutput LockOutput `json:"lock_output"`
+	// StatusBytes is the length of SHOW ENGINE INNODB STATUS; when
+	// StatusTruncated, the server cut it (MaxStatusSize) and transactions
+	// or their locks are missing from it.
+	StatusBytes     int  `json:"status_bytes"`
+	StatusTruncated bool `json:"status_truncated"`
+	// Transactions are the open InnoDB transactions, oldest first, at most
+	// Config.MaxTransactions (TransactionsCut counts the rest).
+	Transactions    []Transaction `json:"transactions"`
+	TransactionsCut bool          `json:"transactions_cut,omitempty"`
+	// Waits are the lock waits: who waits for whom.
+	Waits []Wait `json:"waits"`
+	// LatestDeadlock is the server's LATEST DETECTED DEADLOCK (nil: none
+	// since it started). Use Deadlocks to report each one once.
+	LatestDeadlock *Deadlock `json:"latest_deadlock,omitempty"`
+	// DeadlockCount is the server's deadlock counter (MariaDB
+	// Innodb_deadlocks, MySQL INNODB_METRICS lock_deadlocks), when known.
+	DeadlockCount      int64      `json:"deadlock_count"`
+	DeadlockCountKnown bool       `json:"deadlock_count_known"`
+	Saturation         Saturation `json:"saturation"`
+	// RowLocksPerRow are, per tag and table, the row locks per row locked
+	// in the clustered index: 1.0 when rows are locked once, 2.0 when a
+	// secondary index record is locked with each.
+	RowLocksPerRow []RowLockRatio `json:"row_locks_per_row"`
+	Hints          []Hint         `json:"hints"`
+	// Notes say what this snapshot could not see, and why.
+	Notes []string `json:"notes"`
+}
+
+// LockOutput describes innodb_status_output_locks, which MariaDB needs for
+// lock counts by kind.
+type LockOutput struct {
+	// Needed: the lock counts come from the status text (MariaDB). MySQL 8
+	// reads performance_schema.data_locks and needs no setting.
+	Needed  bool `json:"needed"`
+	Enabled bool `json:"enabled"`
+	// Enable is the statement that turns it on (for a person to run).
+	Enable string `json:"enable,omitempty"`
+}
+
+// Transaction is an open InnoDB transaction.
+type Transaction struct {
+	TrxID    string `json:"trx_id"`
+	ThreadID int64  `json:"thread_id"`
+	// Tag is the conn_tag of its statements (see the package doc).
+	Tag string `json:"tag"`
+	// AgeSeconds is how long it has been open (whole seconds: INNODB_TRX).
+	AgeSeconds float64 `json:"age_seconds"`
+	// State is INNODB_TRX's trx_state: RUNNING, LOCK WAIT, ROLLING BACK,
+	// COMMITTING; Operation what it does inside InnoDB now.
+	State     string `json:"state"`
+	Operation string `json:"operation,omitempty"`
+	Isolation string `json:"isolation"`
+	// Command is the session's processlist command: Sleep means idle
+	// inside the transaction.
+	Command string `json:"command"`
+	// Statement is the running statement, else the last one seen,
+	// normalised (no literal values).
+	Statement    string `json:"statement,omitempty"`
+	RowsLocked   int64  `json:"rows_locked"`
+	RowsModified int64  `json:"rows_modified"`
+	LockStructs  int64  `json:"lock_structs"`
+	// Locks are its locks by table, index, kind and mode. LocksKnown is
+	// false when they could not be read (lock output off); LocksPartial
+	// when the server listed only the first 10 lock structures (MariaDB),
+	// or cut the status text.
+	Locks        []Lock `json:"locks"`
+	LocksKnown   bool   `json:"locks_known"`
+	LocksPartial bool   `json:"locks_partial,omitempty"`
+	// WaitingFor is the lock it waits for; WaitSeconds since when.
+	WaitingFor  *Lock   `json:"waiting_for,omitempty"`
+	WaitSeconds float64 `json:"wait_seconds,omitempty"`
+}
+
+// TrxRef names one side of a wait.
+type TrxRef struct {
+	TrxID    string `json:"trx_id"`
+	ThreadID int64  `json:"thread_id"`
+	Tag      string `json:"tag"`
+}
+
+// Wait is one transaction waiting for a lock another holds.
+type Wait struct {
+	Waiting     TrxRef  `json:"waiting"`
+	Blocking    TrxRef  `json:"blocking"`
+	Lock        *Lock   `json:"lock,omitempty"` // the lock asked for
+	WaitSeconds float64 `json:"wait_seconds"`
+}
+
+// RowLockRatio is row locks per clustered-index row for one tag and table.
+type RowLockRatio struct {
+	Tag   string `json:"tag"`
+	Table string `json:"table"`
+	// Rows are the records locked in the clustered index (PRIMARY or
+	// GEN_CLUST_INDEX); Locks the records locked in every index of the
+	// table; ByIndex per index. Gap, supremum and insert-intention locks
+	// lock no row and are not counted.
+	Rows    int            `json:"rows"`
+	Locks   int            `json:"locks"`
+	ByIndex map[string]int `json:"by_index"`
+	PerRow  float64        `json:"per_row"`
+	Partial bool           `json:"partial,omitempty"`
+}
+
+// Read reads everything: transactions, their locks and tags, waits, the
+// latest deadlock, saturation. See the package doc for what it runs and
+// costs. An error means the server could not be read at all (connection,
+// privileges); what one part cannot see is said in Snapshot.Notes.
+func (r *Reader) Read(ctx context.Context) (*Snapshot, error) {
+	conn, err := r.db.Conn(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("locks: connect: %w", err)
+	}
+	defer conn.Close()
+	s := &Snapshot{At: time.Now(), Waits: []Wait{}, Transactions: []Transaction{}, Hints: []Hint{}, Notes: []string{}}
+	if s.Server, err = r.serverOf(ctx, conn); err != nil {
+		return nil, err
+	}
+	vars, status, err := readVars(ctx, conn)
+	if err != nil {
+		return nil, err
+	}
+	s.LockOutput = LockOutput{Needed: s.Server.Flavor == MariaDB, Enabled: vars["innodb_status_output_locks"] == "ON"}
+	if s.LockOutput.Needed && !s.LockOutput.Enabled {
+		s.LockOutput.Enable = setLockOutputOn
+	}
+	trx, cut, err := r.readTransactions(ctx, conn)
+	if err != nil {
+		return nil, err
+	}
+	s.TransactionsCut = cut
+	if err := r.readTags(ctx, conn, trx, s); err != nil {
+		return nil, err
+	}
+	var text string
+	if err := conn.QueryRowContext(ctx, queryInnoDBStatus).Scan(new(string), new(string), &text); err != nil {
+		return nil, fmt.Errorf("locks: SHOW ENGINE INNODB STATUS: %w%s", err, privilegeHint(err, s.Server.Flavor))
+	}
+	st := ParseStatus(text)
+	s.StatusBytes, s.StatusTruncated = len(text), st.Truncated
+	s.LatestDeadlock = st.Deadlock
+	s.LatestDeadlock.ResolveTags(r.cfg.ParseTag)
+	if s.Server.Flavor == MariaDB {
+		s.LockSource = SourceStatus
+		applyStatusLocks(trx, st, s.LockOutput.Enabled)
+		if v, ok := status["Innodb_deadlocks"]; ok {
+			s.DeadlockCount, s.DeadlockCountKnown = parseInt(v), true
+		}
+	} else {
+		s.LockSource = SourceDataLocks
+		if err := r.readDataLocks(ctx, conn, trx, s); err != nil {
+			return nil, err
+		}
+		var n int64
+		if err := conn.QueryRowContext(ctx, queryDeadlocksMySQL8).Scan(&n); err == nil {
+			s.DeadlockCount, s.DeadlockCountKnown = n, true
+		}
+	}
+	if err := r.readWaits(ctx, conn, trx, s); err != nil {
+		return nil, err
+	}
+	for _, t := range trx {
+		s.Transactions = append(s.Transactions, *t)
+	}
+	s.Saturation, err = readSaturation(ctx, conn, s.Server.Flavor, vars, status, st)
+	if err != nil {
+		return nil, err
+	}
+	s.notes()
+	s.RowLocksPerRow = rowLockRatios(s.Transactions)
+	s.Hints = hints(s)
+	return s, nil
+}
+
+// serverOf reads the server's version once per Reader.
+func (r *Reader) serverOf(ctx context.Context, conn *sql.Conn) (Server, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.haveVer {
+		return r.server, nil
+	}
+	var v string
+	if err := conn.QueryRowContext(ctx, queryVersion).Scan(&v); err != nil {
+		return Server{}, fmt.Errorf("locks: read the server version: %w", err)
+	}
+	r.server = Server{Flavor: MySQL, Version: v}
+	if strings.Contains(strings.ToLower(v), "mariadb") {
+		r.server.Flavor = MariaDB
+	}
+	r.haveVer = true
+	return r.server, nil
+}
+
+func readVars(ctx context.Context, conn *sql.Conn) (vars, status map[string]string, err error) {
+	vars, err = readNameValues(ctx, conn, queryVariables)
+	if err != nil {
+		return nil, nil, fmt.Errorf("locks: read server variables: %w", err)
+	}
+	status, err = readNameValues(ctx, conn, queryStatusVars)
+	if err != nil {
+		return nil, nil, fmt.Errorf("locks: read server status: %w", err)
+	}
+	return vars, status, nil
+}
+
+func readNameValues(ctx context.Context, conn *sql.Conn, q string) (map[string]string, error) {
+	rows, err := conn.QueryContext(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[string]string{}
+	for rows.Next() {
+		var k, v string
+		if err := rows.Scan(&k, &v); err != nil {
+			return nil, err
+		}
+		out[k] = v
+	}
+	return out, rows.Err()
+}
+
+func (r *Reader) readTransactions(ctx context.Context, conn *sql.Conn) ([]*Transaction, bool, error) {
+	rows, err := conn.QueryContext(ctx, queryTransactions, r.cfg.MaxTransactions+1)
+	if err != nil {
+		return nil, false, fmt.Errorf("locks: read information_schema.INNODB_TRX: %w%s", err, privilegeHint(err, ""))
+	}
+	defer rows.Close()
+	var out []*Transaction
+	for rows.Next() {
+		t := &Transaction{}
+		var age, wait int64
+		var op, iso, cmd, info sql.NullString
+		if err := rows.Scan(&t.TrxID, &t.State, &age, &wait, &t.ThreadID, &op, &iso,
+			&t.RowsLocked, &t.RowsModified, &t.LockStructs, &cmd, &info); err != nil {
+			return nil, false, fmt.Errorf("locks: read information_schema.INNODB_TRX: %w", err)
+		}
+		t.Operation, t.Isolation, t.Command = op.String, iso.String, cmd.String
+		t.AgeSeconds = float64(age)
+		if t.State == "LOCK WAIT" {
+			t.WaitSeconds = float64(wait)
+		}
+		if info.Valid && t.Command != "Sleep" {
+			t.Statement = info.String // normalised once the tag is read
+		}
+		t.Locks = []Lock{}
+		out = append(out, t)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, false, fmt.Errorf("locks: read information_schema.INNODB_TRX: %w", err)
+	}
+	cut := len(out) > r.cfg.MaxTransactions
+	if cut {
+		out = out[:r.cfg.MaxTransactions]
+	}
+	return out, cut, nil
+}
+
+// readTags names every transaction's tag from its running statement and its
+// session's statement history, and normalises its statement.
+func (r *Reader) readTags(ctx context.Context, conn *sql.Conn, trx []*Transaction, s *Snapshot) error {
+	history := map[int64][]histStmt{}
+	var ids []any
+	for _, t := range trx {
+		if t.ThreadID > 0 {
+			ids = append(ids, t.ThreadID)
+		}
+	}
+	historyOK := true
+	if len(ids) > 0 {
+		q := queryHistoryPrefix + strings.TrimSuffix(strings.Repeat("?, ", len(ids)), ", ") + ")"
+		rows, err := conn.QueryContext(ctx, q, ids...)
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			historyOK = false
+			s.Notes = append(s.Notes, "performance_schema statement history unreadable ("+oneLine(err)+
+				"): the tags of transactions idle between statements are unknown; the account needs SELECT on "+
+				"performance_schema, with the events_statements_history consumer on")
+		} else {
+			for rows.Next() {
+				var id, event int64
+				var text string
+				if err := rows.Scan(&id, &event, &text); err != nil {
+					continue
+				}
+				history[id] = append(history[id], histStmt{event: event, text: text})
+			}
+			err := rows.Err()
+			rows.Close()
+			if err != nil {
+				return fmt.Errorf("locks: read statement history: %w", err)
+			}
+		}
+	}
+	for _, t := range trx {
+		running := t.Statement
+		t.Tag, t.Statement = tagOf(r.cfg.ParseTag, running, history[t.ThreadID], historyOK)
+	}
+	return nil
+}
+
+type histStmt struct {
+	event int64
+	text  string
+}
+
+// tagOf is a transaction's tag: its running statement's, else the latest
+// tagged statement of its session since the transaction began. It also
+// returns the statement to show, normalised.
+func tagOf(parse func(string) (string, bool), running string, hist []histStmt, historyOK bool) (tag, stmt string) {
+	if running != "" {
+		stmt = Normalize(running)
+		if t, ok := parse(running); ok {
+			return t, stmt
+		}
+	}
+	slices.SortFunc(hist, func(a, b histStmt) int { return cmp.Compare(b.event, a.event) }) // newest first
+	untagged := running != "" && !driverStatement(running)
+	for _, h := range hist {
+		if boundaryStatement(h.text) {
+			break // the statements before belong to an earlier transaction
+		}
+		if driverStatement(h.text) {
+			continue
+		}
+		if stmt == "" {
+			stmt = Normalize(h.text)
+		}
+		if t, ok := parse(h.text); ok {
+			return t, stmt
+		}
+		untagged = true
+	}
+	switch {
+	case untagged:
+		return UntaggedTag, stmt
+	case !historyOK || len(hist) == 0:
+		return UnknownTag, stmt
+	}
+	return UnknownTag, stmt
+}
+
+// firstWord returns the first word of a statement after leading comments,
+// upper-cased, and the rest.
+func firstWord(q string) (string, string) {
+	for {
+		q = strings.TrimLeft(q, " \t\r\n(")
+		if strings.HasPrefix(q, "/*") {
+			end := strings.Index(q[2:], "*/")
+			if end < 0 {
+				return "", ""
+			}
+			q = q[2+end+2:]
+			continue
+		}
+		break
+	}
+	end := 0
+	for end < len(q) && isIdentByte(q[end]) {
+		end++
+	}
+	return strings.ToUpper(q[:end]), q[end:]
+}
+
+// boundaryStatement reports whether a statement starts or ends a
+// transaction.
+func boundaryStatement(q string) bool {
+	w, rest := firstWord(q)
+	switch w {
+	case "BEGIN", "COMMIT":
+		return true
+	case "START":
+		w2, _ := firstWord(rest)
+		return w2 == "TRANSACTION"
+	case "ROLLBACK":
+		w2, _ := firstWord(rest)
+		return w2 != "TO"
+	case "SET":
+		w2, _ := firstWord(rest)
+		return w2 == "AUTOCOMMIT"
+	}
+	return false
+}
+
+// driverStatement reports whether an untagged statement is one a driver
+// sends by itself around the application's statements: it names no
+// business process.
+func driverStatement(q string) bool {
+	w, rest := firstWord(q)
+	switch w {
+	case "SET":
+		w2, after := firstWord(rest)
+		if w2 == "SESSION" || w2 == "LOCAL" {
+			w2, _ = firstWord(after)
+		}
+		return w2 == "TRANSACTION" || w2 == "NAMES" || w2 == "CHARACTER" || w2 == "AUTOCOMMIT"
+	case "SELECT":
+		return strings.EqualFold(strings.TrimSpace(rest), "CONNECTION_ID()")
+	}
+	return false
+}
+
+// applyStatusLocks copies the status text's locks onto the transactions,
+// joined by thread id (by trx id for sessionless transactions).
+func applyStatusLocks(trx []*Transaction, st *Status, enabled bool) {
+	byThread := map[int64]*StatusTransaction{}
+	byID := map[string]*StatusTransaction{}
+	for i := range st.Transactions {
+		x := &st.Transactions[i]
+		if x.ThreadID > 0 {
+			byThread[x.ThreadID] = x
+		}
+		byID[x.TrxID] = x
+	}
+	for _, t := range trx {
+		x := byThread[t.ThreadID]
+		if t.ThreadID == 0 {
+			x = byID[t.TrxID]
+		}
+		if x == nil {
+			// Not in the text: it started after the text was printed, or
+			// the server cut the list.
+			t.LocksPartial = st.Truncated
+			continue
+		}
+		if x.Waiting != nil {
+			w := *x.Waiting
+			t.WaitingFor = &w
+		}
+		if !enabled && !x.LocksListed {
+			continue
+		}
+		t.Locks = slices.Clone(x.Locks)
+		t.LocksKnown = true
+		t.LocksPartial = x.LocksPartial
+	}
+}
+
+// readDataLocks reads MySQL 8's performance_schema.data_locks, counted on
+// the server.
+func (r *Reader) readDataLocks(ctx context.Context, conn *sql.Conn, trx []*Transaction, s *Snapshot) error {
+	if len(trx) == 0 {
+		return nil
+	}
+	byID := map[string]*Transaction{}
+	for _, t := range trx {
+		byID[t.TrxID] = t
+	}
+	rows, err := conn.QueryContext(ctx, queryLocksMySQL8)
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		s.Notes = append(s.Notes, "performance_schema.data_locks unreadable ("+oneLine(err)+
+			"): locks are not counted by kind; the account needs SELECT on performance_schema")
+		return nil
+	}
+	defer rows.Close()
+	sets := map[*Transaction]*lockSet{}
+	for rows.Next() {
+		var id, table, typ, mode, status string
+		var index sql.NullString
+		var supremum bool
+		var n int
+		if err := rows.Scan(&id, &table, &index, &typ, &mode, &status, &supremum, &n); err != nil {
+			return fmt.Errorf("locks: read performance_schema.data_locks: %w", err)
+		}
+		t := byID[id]
+		if t == nil {
+			continue
+		}
+		set := sets[t]
+		if set == nil {
+			set = &lockSet{}
+			sets[t] = set
+		}
+		set.add(dataLock(table, index.String, typ, mode, status == "WAITING", supremum, n))
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("locks: read performance_schema.data_locks: %w", err)
+	}
+	for _, t := range trx {
+		t.LocksKnown = true
+		if set := sets[t]; set != nil {
+			sortLocks(set.locks)
+			t.Locks = set.locks
+			for _, l := range set.locks {
+				if l.Waiting && t.WaitingFor == nil {
+					w := l
+					t.WaitingFor = &w
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// dataLock makes a Lock of a data_locks / INNODB_LOCKS row.
+func dataLock(table, index, typ, modeList string, waiting, supremum bool, rows int) Lock {
+	mode, gap, recNotGap, ii := parseModeList(modeList)
+	l := Lock{Table: tableName(table), Index: index, Mode: mode, Waiting: waiting, Rows: rows}
+	if typ == "TABLE" {
+		l.Index = ""
+		l.Kind = tableKind(mode)
+	} else {
+		l.Kind = recordKind(gap, recNotGap, ii, supremum)
+	}
+	return l
+}
+
+// readWaits reads who waits for whom.
+func (r *Reader) readWaits(ctx context.Context, conn *sql.Conn, trx []*Transaction, s *Snapshot) error {
+	waiting := false
+	for _, t := range trx {
+		waiting = waiting || t.State == "LOCK WAIT"
+	}
+	if !waiting {
+		return nil
+	}
+	q := queryWaitsMariaDB
+	if s.Server.Flavor == MySQL {
+		q = queryWaitsMySQL8
+	}
+	rows, err := conn.QueryContext(ctx, q)
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		s.Notes = append(s.Notes, "lock waits unreadable ("+oneLine(err)+"): who waits for whom is unknown")
+		return nil
+	}
+	defer rows.Close()
+	byThread := map[int64]*Transaction{}
+	byID := map[string]*Transaction{}
+	for _, t := range trx {
+		byThread[t.ThreadID] = t
+		byID[t.TrxID] = t
+	}
+	ref := func(id string, thread int64) (TrxRef, *Transaction) {
+		t := byThread[thread]
+		if thread == 0 || t == nil {
+			t = byID[id]
+		}
+		ref := TrxRef{TrxID: id, ThreadID: thread, Tag: UnknownTag}
+		if t != nil {
+			ref.Tag = t.Tag
+			ref.ThreadID = cmp.Or(ref.ThreadID, t.ThreadID)
+		}
+		return ref, t
+	}
+	for rows.Next() {
+		var wid, bid string
+		var table, index, typ, mode sql.NullString
+		var wth, bth int64
+		var supremum bool
+		if err := rows.Scan(&wid, &bid, &wth, &bth, &table, &index, &typ, &mode, &supremum); err != nil {
+			return fmt.Errorf("locks: read lock waits: %w", err)
+		}
+		w := Wait{}
+		var wt *Transaction
+		w.Waiting, wt = ref(wid, wth)
+		w.Blocking, _ = ref(bid, bth)
+		if wt != nil {
+			w.WaitSeconds = wt.WaitSeconds
+			if wt.WaitingFor != nil {
+				// The status text and data_locks say the kind exactly;
+				// MariaDB's INNODB_LOCKS drops REC_NOT_GAP and insert
+				// intention.
+				l := *wt.WaitingFor
+				w.Lock = &l
+			}
+		}
+		if w.Lock == nil && table.Valid {
+			l := dataLock(table.String, index.String, typ.String, mode.String, true, supremum, 1)
+			w.Lock = &l
+		}
+		s.Waits = append(s.Waits, w)
+	}
+	return rows.Err()
+}
+
+// notes says what the snapshot could not see.
+func (s *Snapshot) notes() {
+	if s.LockOutput.Needed && !s.LockOutput.Enabled {
+		s.Notes = append(s.Notes, "innodb_status_output_locks is OFF: locks are not counted by kind (row lock totals "+
+			"and lock waits still are). Turn it on with `"+setLockOutputOn+"` (needs SUPER); "+LockOutputCost)
+	}
+	if s.StatusTruncated {
+		s.Notes = append(s.Notes, fmt.Sprintf("the server cut SHOW ENGINE INNODB STATUS at %d bytes (MaxStatusSize): "+
+			"the locks of transactions missing from it are not counted", s.StatusBytes))
+	}
+	partial := 0
+	for _, t := range s.Transactions {
+		if t.LocksPartial {
+			partial++
+		}
+	}
+	if partial > 0 && s.LockSource == SourceStatus {
+		s.Notes = append(s.Notes, fmt.Sprintf("%d transaction(s) hold more lock structures than the server lists "+
+			"(10 per transaction): their locks by kind are partial; rows_locked is their exact total", partial))
+	}
+	if s.TransactionsCut {
+		s.Notes = append(s.Notes, fmt.Sprintf("more than %d open transactions: the newest are not listed", len(s.Transactions)))
+	}
+}
+
+// LockOutputCost is what innodb_status_output_locks=ON costs, for messages.
+const LockOutputCost = "cost: every SHOW ENGINE INNODB STATUS (this tool's, and any monitoring's) then prints every " +
+	"lock of every transaction (up to 10 lock structures each, 1 MiB in all) while holding the lock system's " +
+	"latch, which stalls new lock requests for as long; with innodb_status_output=ON it also goes to the error " +
+	"log every 15 s. It lasts until the server restarts or it is turned off " +
+	"(SET GLOBAL innodb_status_output_locks = OFF)"
+
+// LockOutputEnabled reads innodb_status_output_locks.
+func (r *Reader) LockOutputEnabled(ctx context.Context) (bool, error) {
+	var v string
+	if err := r.db.QueryRowContext(ctx, `SELECT @@GLOBAL.innodb_status_output_locks`).Scan(&v); err != nil {
+		return false, fmt.Errorf("locks: read innodb_status_output_locks: %w", err)
+	}
+	return v == "1" || v == "ON", nil
+}
+
+// SetLockOutput sets innodb_status_output_locks for the whole server. Call
+// it only when the user asked (see LockOutputCost); it needs SUPER on
+// MariaDB, SYSTEM_VARIABLES_ADMIN (or SUPER) on MySQL.
+func (r *Reader) SetLockOutput(ctx context.Context, on bool) error {
+	q := setLockOutputOff
+	if on {
+		q = setLockOutputOn
+	}
+	if _, err := r.db.ExecContext(ctx, q); err != nil {
+		return fmt.Errorf("locks: %s: %w (the account needs SUPER on MariaDB, SYSTEM_VARIABLES_ADMIN on MySQL)", q, err)
+	}
+	return nil
+}
+
+// privilegeHint adds what to grant to an access-denied error.
+func privilegeHint(err error, f Flavor) string {
+	msg := err.Error()
+	if !strings.Contains(msg, "Access denied") && !strings.Contains(msg, "1227") && !strings.Contains(msg, "1142") {
+		return ""
+	}
+	if f == MySQL {
+		return ": the account needs PROCESS, and SELECT on performance_schema"
+	}
+	return ": the account needs the PROCESS privilege (GRANT PROCESS ON *.* TO ...)"
+}
+
+func oneLine(err error) string { return strings.ReplaceAll(err.Error(), "\n", " ") }
+
+func parseInt(s string) int64 {
+	n, _ := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
+	return n
+}

@@ -1,0 +1,436 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+	"github.com/spf13/cobra"
+
+	"github.com/holdtime/holdtime/collector"
+	"github.com/holdtime/holdtime/locks"
+)
+
+// locksCmd shows the locks of every open transaction by business process.
+type locksCmd struct {
+	out, errOut io.Writer
+
+	mysqlDSN         string
+	watch            bool
+	interval         time.Duration
+	timeout          time.Duration
+	jsonOut          bool
+	tags             []string
+	enableLockOutput bool
+
+	target string
+	dsn    string
+}
+
+func newLocksCmd() *cobra.Command {
+	l := &locksCmd{}
+	cmd := &cobra.Command{
+		Use:   "locks",
+		Short: "InnoDB locks, lock waits and deadlocks by business process (conn_tag)",
+		Long: `locks lists every open InnoDB transaction with its tag (from its session's
+statements: /* conn_tag:NAME */), age, state, isolation level, rows locked and
+its locks counted by table, index and kind (record, next_key, gap, supremum,
+insert_intention, table_intention, table, auto_inc); who waits for whom, both
+sides named by tag; the latest deadlock (both tags, statements without their
+values, the lock each held and waited for, the victim); threads running and
+connected against max_connections, and statements waiting for a thread
+(MariaDB's thread pool queue, MySQL's innodb_thread_concurrency queue).
+Hints name the diagnoses that apply, with their numbers: two row locks per
+row (a secondary index read), gap locks under REPEATABLE READ, a thread queue.
+
+MariaDB lists locks by kind only with innodb_status_output_locks=ON. locks
+never changes a server setting by itself: when it is off it says so and
+prints the statement that turns it on and what that costs;
+--enable-lock-output sets it for the run (needs SUPER) and turns it back off
+when locks exits. MySQL 8 reads performance_schema.data_locks and needs no
+setting.
+
+Privileges: PROCESS, and SELECT on performance_schema (the tags of
+transactions idle between statements; MySQL 8's lock tables):
+  GRANT PROCESS ON *.* TO 'monitor'@'%';
+  GRANT SELECT ON performance_schema.* TO 'monitor'@'%';
+
+Each read runs about 7 small queries and SHOW ENGINE INNODB STATUS (see
+go doc github.com/holdtime/holdtime/locks for what each costs); --watch reads
+every --interval (at least 200ms: the server refreshes INNODB_TRX only after
+100 ms without a read).
+
+Every flag also reads HOLDTIME_ + its name in upper case (HOLDTIME_MYSQL, ...),
+so the DSN need not appear in the process list.`,
+		Example: `  holdtime locks --mysql 'monitor:secret@tcp(db:3306)/'
+  holdtime locks --mysql 'monitor:secret@tcp(db:3306)/' --watch --tag inventory_reserve
+  holdtime locks --mysql 'admin:secret@tcp(db:3306)/' --enable-lock-output
+  HOLDTIME_MYSQL='monitor:secret@tcp(db:3306)/' holdtime locks --json | jq '.hints'`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			l.out, l.errOut = cmd.OutOrStdout(), cmd.ErrOrStderr()
+			if err := flagsFromEnv(cmd); err != nil {
+				return err
+			}
+			if err := l.validate(); err != nil {
+				return err
+			}
+			return l.run(cmd.Context())
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&l.mysqlDSN, "mysql", "", "MySQL/MariaDB DSN, [NAME=]user:pass@tcp(host:3306)/")
+	f.BoolVar(&l.watch, "watch", false, "read again every --interval until Ctrl-C; deadlocks seen meanwhile are listed")
+	f.DurationVar(&l.interval, "interval", 2*time.Second, "time between reads with --watch")
+	f.DurationVar(&l.timeout, "timeout", 10*time.Second, "how long one read may take")
+	f.BoolVar(&l.jsonOut, "json", false, "print JSON (one document per read)")
+	f.StringArrayVar(&l.tags, "tag", nil, "show only this tag's transactions, waits, deadlocks and hints (repeatable)")
+	f.BoolVar(&l.enableLockOutput, "enable-lock-output", false,
+		"MariaDB: set innodb_status_output_locks=ON for the run (needs SUPER) and back OFF when locks exits")
+	return cmd
+}
+
+func (l *locksCmd) validate() error {
+	if l.mysqlDSN == "" {
+		return errors.New("no server: give --mysql user:pass@tcp(host:3306)/ (or HOLDTIME_MYSQL)")
+	}
+	name, dsn, err := targetName("mysql", l.mysqlDSN)
+	if err != nil {
+		return err
+	}
+	l.target, l.dsn = name, dsn
+	if l.interval < 200*time.Millisecond {
+		return fmt.Errorf("--interval %v: use at least 200ms (the server refreshes INNODB_TRX only after 100 ms without a read)", l.interval)
+	}
+	if l.timeout <= 0 {
+		return fmt.Errorf("--timeout %v: use a positive duration", l.timeout)
+	}
+	for _, t := range l.tags {
+		if t == "" {
+			return errors.New("--tag: give a tag name")
+		}
+	}
+	return nil
+}
+
+func (l *locksCmd) open() (*sql.DB, error) {
+	cfg, err := mysql.ParseDSN(l.dsn)
+	if err != nil {
+		return nil, errors.New("--mysql: not a DSN of the form [NAME=]user:pass@tcp(host:port)/")
+	}
+	cfg.Timeout = l.timeout
+	cfg.ReadTimeout = l.timeout
+	connector, err := mysql.NewConnector(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("--mysql: %v", err)
+	}
+	db := sql.OpenDB(connector)
+	db.SetMaxOpenConns(2)
+	return db, nil
+}
+
+// locksDoc is one --json document.
+type locksDoc struct {
+	Target string `json:"target"`
+	*locks.Snapshot
+	// RecentDeadlocks are the deadlocks seen since locks started (the
+	// latest one at start included); NewDeadlocks how many are new since
+	// the previous read; UnnamedDeadlocks how many more the server counted
+	// meanwhile that no read showed.
+	RecentDeadlocks  []locks.Deadlock `json:"recent_deadlocks"`
+	NewDeadlocks     int              `json:"new_deadlocks"`
+	UnnamedDeadlocks int64            `json:"unnamed_deadlocks"`
+}
+
+func (l *locksCmd) run(ctx context.Context) error {
+	db, err := l.open()
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	r, err := locks.New(db, locks.Config{ParseTag: collector.ParseTag})
+	if err != nil {
+		return err
+	}
+	read := func() (*locks.Snapshot, error) {
+		rctx, cancel := context.WithTimeout(ctx, l.timeout)
+		defer cancel()
+		s, err := r.Read(rctx)
+		if err != nil && ctx.Err() == nil && rctx.Err() != nil {
+			return nil, fmt.Errorf("no answer from %s within %v: check the address, or raise --timeout", l.target, l.timeout)
+		}
+		return s, err
+	}
+	s, err := read()
+	if err != nil {
+		return fmt.Errorf("%s: %w", l.target, err)
+	}
+	if l.enableLockOutput {
+		switch {
+		case !s.LockOutput.Needed:
+			fmt.Fprintln(l.errOut, "holdtime locks: MySQL reads performance_schema.data_locks: --enable-lock-output changes nothing")
+		case s.LockOutput.Enabled:
+			fmt.Fprintln(l.errOut, "holdtime locks: innodb_status_output_locks is already ON: left as it is")
+		default:
+			if err := r.SetLockOutput(ctx, true); err != nil {
+				return fmt.Errorf("%s: %w", l.target, err)
+			}
+			fmt.Fprintln(l.errOut, "holdtime locks: set innodb_status_output_locks = ON (was OFF); it goes back OFF when locks exits")
+			defer func() {
+				// The run's context may be cancelled (Ctrl-C): restore anyway.
+				rctx, cancel := context.WithTimeout(context.Background(), l.timeout)
+				defer cancel()
+				if err := r.SetLockOutput(rctx, false); err != nil {
+					fmt.Fprintf(l.errOut, "holdtime locks: could not turn innodb_status_output_locks back OFF: %v; run %s\n",
+						err, "SET GLOBAL innodb_status_output_locks = OFF")
+					return
+				}
+				fmt.Fprintln(l.errOut, "holdtime locks: set innodb_status_output_locks = OFF again")
+			}()
+			if s, err = read(); err != nil {
+				return fmt.Errorf("%s: %w", l.target, err)
+			}
+		}
+	}
+	tracker := locks.NewDeadlocks(20)
+	live := l.watch && !l.jsonOut && isTerminal(l.out)
+	for {
+		fresh, unnamed := tracker.Observe(s)
+		doc := locksDoc{Target: l.target, Snapshot: l.filter(s), RecentDeadlocks: l.filterDeadlocks(tracker.Recent()),
+			NewDeadlocks: len(fresh), UnnamedDeadlocks: unnamed}
+		if live {
+			fmt.Fprint(l.out, "\x1b[H\x1b[2J")
+		}
+		if l.jsonOut {
+			if err := json.NewEncoder(l.out).Encode(doc); err != nil {
+				return err
+			}
+		} else if err := l.render(doc); err != nil {
+			return err
+		}
+		if !l.watch {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil // Ctrl-C is how --watch ends
+		case <-time.After(l.interval):
+		}
+		next, err := read()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			fmt.Fprintf(l.errOut, "holdtime locks: %s: %v (retrying)\n", l.target, err)
+			continue
+		}
+		s = next
+	}
+}
+
+func (l *locksCmd) wanted(tag string) bool { return len(l.tags) == 0 || slices.Contains(l.tags, tag) }
+
+// filter keeps what concerns the --tag tags.
+func (l *locksCmd) filter(s *locks.Snapshot) *locks.Snapshot {
+	if len(l.tags) == 0 {
+		return s
+	}
+	c := *s
+	c.Transactions = slices.DeleteFunc(slices.Clone(s.Transactions), func(t locks.Transaction) bool { return !l.wanted(t.Tag) })
+	c.Waits = slices.DeleteFunc(slices.Clone(s.Waits), func(w locks.Wait) bool {
+		return !l.wanted(w.Waiting.Tag) && !l.wanted(w.Blocking.Tag)
+	})
+	c.RowLocksPerRow = slices.DeleteFunc(slices.Clone(s.RowLocksPerRow), func(r locks.RowLockRatio) bool { return !l.wanted(r.Tag) })
+	c.Hints = slices.DeleteFunc(slices.Clone(s.Hints), func(h locks.Hint) bool { return h.Tag != "" && !l.wanted(h.Tag) })
+	if d := s.LatestDeadlock; d != nil && !l.deadlockWanted(d) {
+		c.LatestDeadlock = nil
+	}
+	return &c
+}
+
+func (l *locksCmd) deadlockWanted(d *locks.Deadlock) bool {
+	for _, t := range d.Transactions {
+		if l.wanted(t.Tag) {
+			return true
+		}
+	}
+	return false
+}
+
+func (l *locksCmd) filterDeadlocks(ds []locks.Deadlock) []locks.Deadlock {
+	return slices.DeleteFunc(ds, func(d locks.Deadlock) bool { return !l.deadlockWanted(&d) })
+}
+
+func (l *locksCmd) render(doc locksDoc) error {
+	s := doc.Snapshot
+	w := l.out
+	fmt.Fprintf(w, "holdtime locks  %s  %s %s  %s\n", doc.Target, s.Server.Flavor, s.Server.Version, s.At.Format("15:04:05"))
+	l.renderSaturation(w, s.Saturation)
+	var tw *tabwriter.Writer
+	switch {
+	case s.LockSource == locks.SourceDataLocks:
+		fmt.Fprintln(w, "locks from: performance_schema.data_locks")
+	case s.LockOutput.Enabled:
+		fmt.Fprintf(w, "locks from: SHOW ENGINE INNODB STATUS (innodb_status_output_locks ON), %d bytes\n", s.StatusBytes)
+	default:
+		fmt.Fprintf(w, "lock output: OFF: locks are not counted by kind (rows locked and lock waits still are). To count them, run (needs SUPER):\n"+
+			"    %s\n  %s.\n  Or run holdtime locks with --enable-lock-output: it sets it, and back OFF when it exits.\n",
+			s.LockOutput.Enable, locks.LockOutputCost)
+	}
+
+	fmt.Fprintf(w, "\nTRANSACTIONS  %d open\n", len(s.Transactions))
+	for _, t := range s.Transactions {
+		fmt.Fprintf(w, "  %s  thread %d  trx %s  %.0fs  %s  %s  %d rows locked\n", t.Tag, t.ThreadID, t.TrxID,
+			t.AgeSeconds, t.State, t.Isolation, t.RowsLocked)
+		if t.Statement != "" {
+			what := "running"
+			if t.Command == "Sleep" {
+				what = "idle; last"
+			}
+			fmt.Fprintf(w, "    %s: %s\n", what, shorten(t.Statement, 100))
+		}
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		for _, lk := range t.Locks {
+			index := lk.Index
+			if index == "" {
+				index = "-"
+			}
+			waiting := ""
+			if lk.Waiting {
+				waiting = "  waiting"
+			}
+			fmt.Fprintf(tw, "      %s\t%s\t%s\t%s\t%d%s\n", lk.Table, index, lk.Kind, lk.Mode, lk.Rows, waiting)
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+		if t.LocksPartial {
+			fmt.Fprintln(w, "      (locks partly listed: the server lists 10 lock structures per transaction)")
+		}
+	}
+
+	fmt.Fprintf(w, "\nLOCK WAITS  %d\n", len(s.Waits))
+	for _, x := range s.Waits {
+		lock := "lock unknown"
+		if x.Lock != nil {
+			lock = x.Lock.Table + " " + x.Lock.Index + " " + string(x.Lock.Kind) + " " + x.Lock.Mode
+		}
+		fmt.Fprintf(w, "  %s (thread %d) waits %.0fs for %s (thread %d): %s\n", x.Waiting.Tag, x.Waiting.ThreadID,
+			x.WaitSeconds, x.Blocking.Tag, x.Blocking.ThreadID, lock)
+	}
+
+	if len(s.RowLocksPerRow) > 0 {
+		fmt.Fprintln(w, "\nROW LOCKS PER ROW (records locked in every index / rows locked in the clustered index)")
+		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "  TAG\tTABLE\tPER ROW\tLOCKS\tROWS\tBY INDEX")
+		for _, r := range s.RowLocksPerRow {
+			var by []string
+			for _, idx := range slices.Sorted(maps.Keys(r.ByIndex)) {
+				by = append(by, fmt.Sprintf("%s %d", idx, r.ByIndex[idx]))
+			}
+			fmt.Fprintf(tw, "  %s\t%s\t%.1f\t%d\t%d\t%s\n", r.Tag, r.Table, r.PerRow, r.Locks, r.Rows, strings.Join(by, ", "))
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+
+	l.renderDeadlocks(w, doc)
+
+	if len(s.Hints) > 0 {
+		fmt.Fprintln(w, "\nHINTS")
+		for _, h := range s.Hints {
+			fmt.Fprintf(w, "  - %s\n", h.Text)
+		}
+	}
+	var notes []string
+	for _, n := range s.Notes {
+		if !strings.HasPrefix(n, "innodb_status_output_locks is OFF") { // said at the top
+			notes = append(notes, n)
+		}
+	}
+	if len(notes) > 0 {
+		fmt.Fprintln(w, "\nNOTES")
+		for _, n := range notes {
+			fmt.Fprintf(w, "  - %s\n", n)
+		}
+	}
+	return nil
+}
+
+func (l *locksCmd) renderSaturation(w io.Writer, q locks.Saturation) {
+	fmt.Fprintf(w, "threads: %d running, %d connected, max_connections %d; ", q.ThreadsRunning, q.ThreadsConnected, q.MaxConnections)
+	switch {
+	case !q.QueueKnown:
+		fmt.Fprintf(w, "statements waiting for a thread: unknown (thread_handling %s)\n", q.ThreadHandling)
+	case q.QueueSource == locks.QueueNone:
+		fmt.Fprintln(w, "statements waiting for a thread: none (one thread per connection, no concurrency limit)")
+	case q.ThreadPool != nil:
+		fmt.Fprintf(w, "statements waiting for a thread: %d (thread pool: %d groups, %d threads, %d active, oldest waiting %.3fs)\n",
+			q.Queued, q.ThreadPool.Groups, q.ThreadPool.Threads, q.ThreadPool.ActiveThreads, q.ThreadPool.OldestQueuedSeconds)
+	case q.InnoDB != nil:
+		fmt.Fprintf(w, "statements waiting for a thread: %d (innodb_thread_concurrency %d, %d inside InnoDB)\n",
+			q.Queued, q.InnoDB.Limit, q.InnoDB.Inside)
+	default:
+		fmt.Fprintf(w, "statements waiting for a thread: %d (%s)\n", q.Queued, q.QueueSource)
+	}
+}
+
+func (l *locksCmd) renderDeadlocks(w io.Writer, doc locksDoc) {
+	s := doc.Snapshot
+	ds := doc.RecentDeadlocks
+	if len(ds) == 0 && s.LatestDeadlock != nil {
+		ds = []locks.Deadlock{*s.LatestDeadlock}
+	}
+	count := "unknown"
+	if s.DeadlockCountKnown {
+		count = fmt.Sprint(s.DeadlockCount)
+	}
+	fmt.Fprintf(w, "\nDEADLOCKS  server count %s; the server keeps only the latest", count)
+	if doc.UnnamedDeadlocks > 0 {
+		fmt.Fprintf(w, "; %d more since the last read were overwritten before they could be read", doc.UnnamedDeadlocks)
+	}
+	fmt.Fprintln(w)
+	for i := len(ds) - 1; i >= 0; i-- { // newest first
+		d := ds[i]
+		var others []string
+		for _, t := range d.Transactions {
+			if !t.Victim {
+				others = append(others, fmt.Sprintf("%s (thread %d)", t.Tag, t.ThreadID))
+			}
+		}
+		fmt.Fprintf(w, "  %s (server time)  victim %s, rolled back; with %s\n", d.At, d.VictimTag(), strings.Join(others, ", "))
+		for _, t := range d.Transactions {
+			victim := ""
+			if t.Victim {
+				victim = ", victim"
+			}
+			fmt.Fprintf(w, "    (%d) %s (thread %d%s): %s\n", t.N, t.Tag, t.ThreadID, victim, shorten(t.Statement, 100))
+			for _, h := range t.Held {
+				fmt.Fprintf(w, "        held        %s %s %s %s (%d)\n", h.Table, h.Index, h.Kind, h.Mode, h.Rows)
+			}
+			if t.WaitedFor != nil {
+				fmt.Fprintf(w, "        waited for  %s %s %s %s\n", t.WaitedFor.Table, t.WaitedFor.Index, t.WaitedFor.Kind, t.WaitedFor.Mode)
+			}
+		}
+	}
+}
+
+func shorten(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && s[n]&0xC0 == 0x80 {
+		n--
+	}
+	return s[:n] + "…"
+}

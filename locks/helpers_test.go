@@ -26,7 +26,7 @@ func TestMain(m *testing.M) { testenv.Main(m) }
 // env is one test's database, an untagged pool for setup, a conntag pool
 // for the workload and a Reader.
 type env struct {
-	t      *testing.T
+	t      testing.TB
 	d      *testenv.Database
 	admin  *sql.DB // untagged, for setup and checks
 	tagged *sql.DB // every statement carries its context's tag
@@ -35,7 +35,7 @@ type env struct {
 
 // setup creates the test's database and turns lock output on (MariaDB) for
 // the test, restoring it afterwards.
-func setup(t *testing.T) *env {
+func setup(t testing.TB) *env {
 	t.Helper()
 	d := testenv.NewDatabase(t)
 	e := &env{t: t, d: d, admin: d.Open(t)}
@@ -85,7 +85,7 @@ func (e *env) exec(q string, args ...any) {
 
 // tx is an open transaction on its own connection, with a tag.
 type tx struct {
-	t    *testing.T
+	t    testing.TB
 	ctx  context.Context
 	conn *sql.Conn
 	tx   *sql.Tx
@@ -249,7 +249,7 @@ func (e *env) readUntil(what string, cond func(*locks.Snapshot) bool) *locks.Sna
 // the server refreshes INNODB_TRX (and INNODB_LOCKS, INNODB_LOCK_WAITS)
 // only after 100 ms without a read of them, so a faster poll would read
 // the same stale cache forever.
-func waitFor(t *testing.T, what string, cond func() bool) {
+func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for !cond() {

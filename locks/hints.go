@@ -176,3 +176,47 @@ func gapHints(trx []Transaction) []Hint {
 	}
 	return out
 }
+
+// TagKindCount is what the transactions of one tag hold of one kind of
+// lock: a bounded series (tags x Kinds) for a collector to export.
+type TagKindCount struct {
+	Tag  string `json:"tag"`
+	Kind Kind   `json:"kind"`
+	// Locks counts rows (record kinds) or tables (table kinds) held;
+	// Waiting the locks of that kind the tag's transactions wait for.
+	Locks   int `json:"locks"`
+	Waiting int `json:"waiting"`
+}
+
+// LocksByTagKind sums the snapshot's locks per tag and kind, over the
+// transactions whose locks are known, sorted by tag then kind.
+func (s *Snapshot) LocksByTagKind() []TagKindCount {
+	type key struct {
+		tag  string
+		kind Kind
+	}
+	acc := map[key]*TagKindCount{}
+	for _, t := range s.Transactions {
+		for _, l := range t.Locks {
+			k := key{t.Tag, l.Kind}
+			c := acc[k]
+			if c == nil {
+				c = &TagKindCount{Tag: t.Tag, Kind: l.Kind}
+				acc[k] = c
+			}
+			if l.Waiting {
+				c.Waiting += l.Rows
+			} else {
+				c.Locks += l.Rows
+			}
+		}
+	}
+	out := make([]TagKindCount, 0, len(acc))
+	for _, c := range acc {
+		out = append(out, *c)
+	}
+	slices.SortFunc(out, func(a, b TagKindCount) int {
+		return cmp.Or(cmp.Compare(a.Tag, b.Tag), cmp.Compare(slices.Index(Kinds, a.Kind), slices.Index(Kinds, b.Kind)))
+	})
+	return out
+}

@@ -13,8 +13,6 @@ var (
 	placeholderList = regexp.MustCompile(`\(\s*\?(?:\s*,\s*\?)*\s*\)`)
 	// Repeated row lists: VALUES (...), (...), (...).
 	repeatedLists = regexp.MustCompile(`\(\.\.\.\)(?:\s*,\s*\(\.\.\.\))+`)
-	// What may introduce a string literal: X'..', B'..', N'..', _utf8mb4'..'.
-	literalIntroducer = regexp.MustCompile(`(?i)(?:^|[\s(,=])(x|b|n|_[a-z0-9]+)$`)
 )
 
 // Normalize returns a statement without its literal values and comments:
@@ -38,10 +36,17 @@ func Normalize(q string) string {
 		// Drop a literal introducer written just before the quote: X'..'
 		// B'..' N'..' (no space allowed) and _charset '..'.
 		s := b.String()
-		if m := literalIntroducer.FindStringSubmatchIndex(s); m != nil && (s[m[2]] == '_' || !space) {
-			b.Reset()
-			b.WriteString(s[:m[2]])
-			space = false
+		start := len(s)
+		for start > 0 && isIdentByte(s[start-1]) {
+			start--
+		}
+		if tok := s[start:]; start == 0 || strings.IndexByte(" (,=", s[start-1]) >= 0 {
+			single := len(tok) == 1 && strings.IndexByte("xXbBnN", tok[0]) >= 0 && !space
+			if single || len(tok) > 1 && tok[0] == '_' {
+				b.Reset()
+				b.WriteString(s[:start])
+				space = false
+			}
 		}
 		emit("?")
 	}

@@ -6,33 +6,46 @@ package locks
 const (
 	queryVersion = `SELECT VERSION()`
 
-	// Both flavours accept SHOW ... WHERE; a variable the server does not
-	// have (innodb_thread_concurrency on MariaDB 10.6+, thread_pool_* on
-	// MySQL) is simply absent.
+	// The settings read, per flavour (MariaDB 10.6+ has no
+	// innodb_thread_concurrency; MySQL has no thread_pool_*). Selecting
+	// them is one round trip; SHOW GLOBAL VARIABLES WHERE, the fallback
+	// when a variable is missing (a build without the thread pool), scans
+	// every variable and costs 20 times more.
+	queryVariablesMariaDB = `SELECT @@GLOBAL.max_connections, @@GLOBAL.thread_handling, @@GLOBAL.thread_pool_size, ` +
+		`@@GLOBAL.thread_pool_max_threads, @@GLOBAL.innodb_status_output_locks`
+	queryVariablesMySQL = `SELECT @@GLOBAL.max_connections, @@GLOBAL.thread_handling, ` +
+		`@@GLOBAL.innodb_thread_concurrency, @@GLOBAL.innodb_status_output_locks`
 	queryVariables = `SHOW GLOBAL VARIABLES WHERE Variable_name IN ('max_connections', 'thread_handling', ` +
 		`'thread_pool_size', 'thread_pool_max_threads', 'innodb_thread_concurrency', 'innodb_status_output_locks')`
 	queryStatusVars = `SHOW GLOBAL STATUS WHERE Variable_name IN ('Threads_running', 'Threads_connected', ` +
 		`'Innodb_deadlocks', 'Innodb_truncated_status_writes')`
 
-	// Open InnoDB transactions, oldest first, with their session. A
-	// transaction shows here once it touched InnoDB (BEGIN alone does not);
-	// MariaDB serves the table from a cache up to 100 ms old. String
+	// Open InnoDB transactions, oldest first; LIMIT is
+	// Config.MaxTransactions+1, formatted in. A transaction shows here once
+	// it touched InnoDB (BEGIN alone does not); the server serves the table
+	// from a cache it refreshes only after 100 ms without a read. String
 	// columns are scanned as NULL-able: MariaDB 10.11 cuts COALESCE(enum
 	// column, '') to 5 bytes in the binary protocol.
-	queryTransactions = `SELECT t.trx_id, t.trx_state, COALESCE(TIMESTAMPDIFF(SECOND, t.trx_started, NOW()), 0), ` +
-		`COALESCE(TIMESTAMPDIFF(SECOND, t.trx_wait_started, NOW()), 0), COALESCE(t.trx_mysql_thread_id, 0), ` +
-		`t.trx_operation_state, t.trx_isolation_level, COALESCE(t.trx_rows_locked, 0), ` +
-		`COALESCE(t.trx_rows_modified, 0), COALESCE(t.trx_lock_structs, 0), p.COMMAND, ` +
-		`COALESCE(p.INFO, t.trx_query) ` +
-		`FROM information_schema.INNODB_TRX t ` +
-		`LEFT JOIN information_schema.PROCESSLIST p ON p.ID = t.trx_mysql_thread_id ` +
-		`WHERE COALESCE(t.trx_mysql_thread_id, 0) <> CONNECTION_ID() ` +
-		`ORDER BY t.trx_started, t.trx_id LIMIT ?`
+	queryTransactions = `SELECT trx_id, trx_state, COALESCE(TIMESTAMPDIFF(SECOND, trx_started, NOW()), 0), ` +
+		`COALESCE(TIMESTAMPDIFF(SECOND, trx_wait_started, NOW()), 0), COALESCE(trx_mysql_thread_id, 0), ` +
+		`trx_operation_state, trx_isolation_level, COALESCE(trx_rows_locked, 0), ` +
+		`COALESCE(trx_rows_modified, 0), COALESCE(trx_lock_structs, 0), trx_query ` +
+		`FROM information_schema.INNODB_TRX ` +
+		`WHERE COALESCE(trx_mysql_thread_id, 0) <> CONNECTION_ID() ` +
+		`ORDER BY trx_started, trx_id LIMIT %d`
+	// The sessions of those transactions: idle (Sleep) or running, and
+	// what. Read only when there are transactions: filling
+	// information_schema.PROCESSLIST costs about 2 ms on an idle server,
+	// more with many connections. The IN list holds session ids the server
+	// returned.
+	queryProcesslistPrefix = `SELECT ID, COMMAND, INFO FROM information_schema.PROCESSLIST WHERE ID IN (`
 
 	// The last statements of the given sessions (10 per thread by
 	// default): the tag of a session idle in its transaction. SQL_TEXT
-	// keeps comments; statement digests do not. The IN list is one ? per
-	// session.
+	// keeps comments; statement digests do not. The IN list holds the
+	// session ids the server returned (integers, formatted here: a
+	// statement with ? would cost three round trips without
+	// interpolateParams).
 	queryHistoryPrefix = `SELECT t.PROCESSLIST_ID, h.EVENT_ID, h.SQL_TEXT ` +
 		`FROM performance_schema.events_statements_history h ` +
 		`JOIN performance_schema.threads t ON t.THREAD_ID = h.THREAD_ID ` +

@@ -209,7 +209,7 @@ func (r *Reader) Read(ctx context.Context) (*Snapshot, error) {
 	if s.Server, err = r.serverOf(ctx, conn); err != nil {
 		return nil, err
 	}
-	vars, status, err := readVars(ctx, conn)
+	vars, status, err := readVars(ctx, conn, s.Server.Flavor)
 	if err != nil {
 		return nil, err
 	}
@@ -284,16 +284,48 @@ func (r *Reader) serverOf(ctx context.Context, conn *sql.Conn) (Server, error) {
 	return r.server, nil
 }
 
-func readVars(ctx context.Context, conn *sql.Conn) (vars, status map[string]string, err error) {
-	vars, err = readNameValues(ctx, conn, queryVariables)
+func readVars(ctx context.Context, conn *sql.Conn, f Flavor) (vars, status map[string]string, err error) {
+	vars, err = selectVars(ctx, conn, f)
 	if err != nil {
-		return nil, nil, fmt.Errorf("locks: read server variables: %w", err)
+		if ctx.Err() != nil {
+			return nil, nil, ctx.Err()
+		}
+		if vars, err = readNameValues(ctx, conn, queryVariables); err != nil {
+			return nil, nil, fmt.Errorf("locks: read server variables: %w", err)
+		}
 	}
 	status, err = readNameValues(ctx, conn, queryStatusVars)
 	if err != nil {
 		return nil, nil, fmt.Errorf("locks: read server status: %w", err)
 	}
 	return vars, status, nil
+}
+
+// selectVars reads the variables in one SELECT, named and valued as SHOW
+// GLOBAL VARIABLES names them.
+func selectVars(ctx context.Context, conn *sql.Conn, f Flavor) (map[string]string, error) {
+	q, names := queryVariablesMySQL, []string{"max_connections", "thread_handling", "innodb_thread_concurrency", "innodb_status_output_locks"}
+	if f == MariaDB {
+		q, names = queryVariablesMariaDB, []string{"max_connections", "thread_handling", "thread_pool_size",
+			"thread_pool_max_threads", "innodb_status_output_locks"}
+	}
+	vals := make([]sql.NullString, len(names))
+	ptrs := make([]any, len(names))
+	for i := range vals {
+		ptrs[i] = &vals[i]
+	}
+	if err := conn.QueryRowContext(ctx, q).Scan(ptrs...); err != nil {
+		return nil, err
+	}
+	out := map[string]string{}
+	for i, n := range names {
+		v := vals[i].String
+		if n == "innodb_status_output_locks" {
+			v = map[string]string{"1": "ON", "0": "OFF"}[v]
+		}
+		out[n] = v
+	}
+	return out, nil
 }
 
 func readNameValues(ctx context.Context, conn *sql.Conn, q string) (map[string]string, error) {
@@ -314,7 +346,7 @@ func readNameValues(ctx context.Context, conn *sql.Conn, q string) (map[string]s
 }
 
 func (r *Reader) readTransactions(ctx context.Context, conn *sql.Conn) ([]*Transaction, bool, error) {
-	rows, err := conn.QueryContext(ctx, queryTransactions, r.cfg.MaxTransactions+1)
+	rows, err := conn.QueryContext(ctx, fmt.Sprintf(queryTransactions, r.cfg.MaxTransactions+1))
 	if err != nil {
 		return nil, false, fmt.Errorf("locks: read information_schema.INNODB_TRX: %w%s", err, privilegeHint(err, ""))
 	}
@@ -323,18 +355,15 @@ func (r *Reader) readTransactions(ctx context.Context, conn *sql.Conn) ([]*Trans
 	for rows.Next() {
 		t := &Transaction{}
 		var age, wait int64
-		var op, iso, cmd, info sql.NullString
+		var op, iso, query sql.NullString
 		if err := rows.Scan(&t.TrxID, &t.State, &age, &wait, &t.ThreadID, &op, &iso,
-			&t.RowsLocked, &t.RowsModified, &t.LockStructs, &cmd, &info); err != nil {
+			&t.RowsLocked, &t.RowsModified, &t.LockStructs, &query); err != nil {
 			return nil, false, fmt.Errorf("locks: read information_schema.INNODB_TRX: %w", err)
 		}
-		t.Operation, t.Isolation, t.Command = op.String, iso.String, cmd.String
+		t.Operation, t.Isolation, t.Statement = op.String, iso.String, query.String
 		t.AgeSeconds = float64(age)
 		if t.State == "LOCK WAIT" {
 			t.WaitSeconds = float64(wait)
-		}
-		if info.Valid && t.Command != "Sleep" {
-			t.Statement = info.String // normalised once the tag is read
 		}
 		t.Locks = []Lock{}
 		out = append(out, t)
@@ -346,28 +375,63 @@ func (r *Reader) readTransactions(ctx context.Context, conn *sql.Conn) ([]*Trans
 	if cut {
 		out = out[:r.cfg.MaxTransactions]
 	}
-	return out, cut, nil
+	return out, cut, readSessions(ctx, conn, out)
+}
+
+// readSessions reads the processlist command and running statement of the
+// transactions' sessions (the statement is normalised once the tag is
+// read).
+func readSessions(ctx context.Context, conn *sql.Conn, trx []*Transaction) error {
+	byThread := map[int64]*Transaction{}
+	var ids []string
+	for _, t := range trx {
+		if t.ThreadID > 0 {
+			byThread[t.ThreadID] = t
+			ids = append(ids, strconv.FormatInt(t.ThreadID, 10))
+		}
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	rows, err := conn.QueryContext(ctx, queryProcesslistPrefix+strings.Join(ids, ", ")+")")
+	if err != nil {
+		return fmt.Errorf("locks: read information_schema.PROCESSLIST: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id int64
+		var cmd, info sql.NullString
+		if err := rows.Scan(&id, &cmd, &info); err != nil {
+			return fmt.Errorf("locks: read information_schema.PROCESSLIST: %w", err)
+		}
+		if t := byThread[id]; t != nil {
+			t.Command = cmd.String
+			if cmd.String == "Sleep" {
+				t.Statement = "" // idle: its last statement comes from the history
+			} else if info.Valid {
+				t.Statement = info.String
+			}
+		}
+	}
+	return rows.Err()
 }
 
 // readTags names every transaction's tag from its running statement and its
 // session's statement history, and normalises its statement.
 func (r *Reader) readTags(ctx context.Context, conn *sql.Conn, trx []*Transaction, s *Snapshot) error {
 	history := map[int64][]histStmt{}
-	var ids []any
+	var ids []string
 	for _, t := range trx {
 		if t.ThreadID > 0 {
-			ids = append(ids, t.ThreadID)
+			ids = append(ids, strconv.FormatInt(t.ThreadID, 10))
 		}
 	}
-	historyOK := true
 	if len(ids) > 0 {
-		q := queryHistoryPrefix + strings.TrimSuffix(strings.Repeat("?, ", len(ids)), ", ") + ")"
-		rows, err := conn.QueryContext(ctx, q, ids...)
+		rows, err := conn.QueryContext(ctx, queryHistoryPrefix+strings.Join(ids, ", ")+")")
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			historyOK = false
 			s.Notes = append(s.Notes, "performance_schema statement history unreadable ("+oneLine(err)+
 				"): the tags of transactions idle between statements are unknown; the account needs SELECT on "+
 				"performance_schema, with the events_statements_history consumer on")
@@ -389,7 +453,7 @@ func (r *Reader) readTags(ctx context.Context, conn *sql.Conn, trx []*Transactio
 	}
 	for _, t := range trx {
 		running := t.Statement
-		t.Tag, t.Statement = tagOf(r.cfg.ParseTag, running, history[t.ThreadID], historyOK)
+		t.Tag, t.Statement = tagOf(r.cfg.ParseTag, running, history[t.ThreadID])
 	}
 	return nil
 }
@@ -402,7 +466,7 @@ type histStmt struct {
 // tagOf is a transaction's tag: its running statement's, else the latest
 // tagged statement of its session since the transaction began. It also
 // returns the statement to show, normalised.
-func tagOf(parse func(string) (string, bool), running string, hist []histStmt, historyOK bool) (tag, stmt string) {
+func tagOf(parse func(string) (string, bool), running string, hist []histStmt) (tag, stmt string) {
 	if running != "" {
 		stmt = Normalize(running)
 		if t, ok := parse(running); ok {
@@ -426,11 +490,8 @@ func tagOf(parse func(string) (string, bool), running string, hist []histStmt, h
 		}
 		untagged = true
 	}
-	switch {
-	case untagged:
+	if untagged {
 		return UntaggedTag, stmt
-	case !historyOK || len(hist) == 0:
-		return UnknownTag, stmt
 	}
 	return UnknownTag, stmt
 }

@@ -79,7 +79,7 @@ func (r *Reader) ReadSaturation(ctx context.Context) (Saturation, error) {
 	if err != nil {
 		return Saturation{}, err
 	}
-	vars, status, err := readVars(ctx, conn)
+	vars, status, err := readVars(ctx, conn, srv.Flavor)
 	if err != nil {
 		return Saturation{}, err
 	}

@@ -280,20 +280,23 @@ func parseTransaction(r *lineReader, header string, st *Status) (StatusTransacti
 	inQuery := false
 	var query strings.Builder
 	for {
-		line, ok := r.peek()
+		here := r.pos
+		line, ok := r.next()
 		if !ok {
 			break
 		}
+		if len(line) > 0 && line[0] == ' ' && cur != nil {
+			continue // a field of a locked record (" 0: len 4; hex ..."): most lines
+		}
 		if waiting && line == "------------------" {
 			// The end of the waiting lock's block.
-			r.next()
 			waiting, cur = false, nil
 			continue
 		}
 		if transactionEnd(line) {
+			r.pos = here // the caller reads it
 			break
 		}
-		r.next()
 		switch {
 		case strings.HasPrefix(line, "------- TRX HAS BEEN WAITING"):
 			waiting, waitSet, cur, inQuery = true, &lockSet{}, nil, false
@@ -349,8 +352,6 @@ func parseTransaction(r *lineReader, header string, st *Status) (StatusTransacti
 			if line == "" && query.Len() > 0 {
 				inQuery = false
 			}
-		case len(line) > 0 && line[0] == ' ' && cur != nil:
-			// A field of a locked record (" 0: len 4; hex ...").
 		default:
 			if inQuery && query.Len() < maxQueryLen {
 				if query.Len() > 0 {

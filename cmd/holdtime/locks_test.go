@@ -43,13 +43,10 @@ func newLockScene(t *testing.T) *lockScene {
 			KEY k (shop_id, item_id)) ENGINE=InnoDB`,
 		`CREATE TABLE units_composite (shop_id INT NOT NULL, item_id INT NOT NULL, id BIGINT NOT NULL AUTO_INCREMENT,
 			PRIMARY KEY (shop_id, item_id, id), KEY (id)) ENGINE=InnoDB`,
-		`INSERT INTO units_autoinc (shop_id, item_id) SELECT 1, 1 FROM seq_1_to_20`,
-		`INSERT INTO units_composite (shop_id, item_id) SELECT 1, 1 FROM seq_1_to_20`,
+		`INSERT INTO units_autoinc (shop_id, item_id) VALUES ` + strings.Repeat("(1, 1), ", 19) + "(1, 1)",
+		`INSERT INTO units_composite (shop_id, item_id) VALUES ` + strings.Repeat("(1, 1), ", 19) + "(1, 1)",
 	} {
 		if _, err := sc.admin.Exec(q); err != nil {
-			if strings.Contains(err.Error(), "seq_1_to_20") {
-				t.Skip("needs MariaDB's sequence engine")
-			}
 			t.Fatal(err)
 		}
 	}
@@ -144,7 +141,9 @@ func runLocks(t *testing.T, args ...string) (stdout, stderr string) {
 // composite key, by tag, as JSON and as a table, and --tag filters.
 func TestLocksCommand(t *testing.T) {
 	sc := newLockScene(t)
-	sc.setLockOutput(true)
+	if sc.d.Target.Flavor == testenv.MariaDB {
+		sc.setLockOutput(true)
+	}
 	const q = "SELECT id FROM %s WHERE shop_id = 1 AND item_id = 1 ORDER BY id LIMIT 3 FOR UPDATE SKIP LOCKED"
 	two := sc.hold("two_locks", strings.Replace(q, "%s", "units_autoinc", 1))
 	one := sc.hold("one_lock", strings.Replace(q, "%s", "units_composite", 1))

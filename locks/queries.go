@@ -25,7 +25,10 @@ const (
 	// it touched InnoDB (BEGIN alone does not); the server serves the table
 	// from a cache it refreshes only after 100 ms without a read. String
 	// columns are scanned as NULL-able: MariaDB 10.11 cuts COALESCE(enum
-	// column, '') to 5 bytes in the binary protocol.
+	// column, '') to 5 bytes in the binary protocol. trx_query is the
+	// running statement, NULL while the session is idle: no need to fill
+	// information_schema.PROCESSLIST (2 ms on an idle server, more with many
+	// connections).
 	queryTransactions = `SELECT trx_id, trx_state, COALESCE(TIMESTAMPDIFF(SECOND, trx_started, NOW()), 0), ` +
 		`COALESCE(TIMESTAMPDIFF(SECOND, trx_wait_started, NOW()), 0), COALESCE(trx_mysql_thread_id, 0), ` +
 		`trx_operation_state, trx_isolation_level, COALESCE(trx_rows_locked, 0), ` +
@@ -33,13 +36,6 @@ const (
 		`FROM information_schema.INNODB_TRX ` +
 		`WHERE COALESCE(trx_mysql_thread_id, 0) <> CONNECTION_ID() ` +
 		`ORDER BY trx_started, trx_id LIMIT %d`
-	// The sessions of those transactions: idle (Sleep) or running, and
-	// what. Read only when there are transactions: filling
-	// information_schema.PROCESSLIST costs about 2 ms on an idle server,
-	// more with many connections. The IN list holds session ids the server
-	// returned.
-	queryProcesslistPrefix = `SELECT ID, COMMAND, INFO FROM information_schema.PROCESSLIST WHERE ID IN (`
-
 	// The last statements of the given sessions (10 per thread by
 	// default): the tag of a session idle in its transaction. SQL_TEXT
 	// keeps comments; statement digests do not. The IN list holds the

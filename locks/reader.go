@@ -144,9 +144,9 @@ type Transaction struct {
 	State     string `json:"state"`
 	Operation string `json:"operation,omitempty"`
 	Isolation string `json:"isolation"`
-	// Command is the session's processlist command: Sleep means idle
-	// inside the transaction.
-	Command string `json:"command"`
+	// Idle: no statement is running; the session holds its transaction
+	// open between statements (INNODB_TRX.trx_query is NULL).
+	Idle bool `json:"idle"`
 	// Statement is the running statement, else the last one seen,
 	// normalised (no literal values).
 	Statement    string `json:"statement,omitempty"`
@@ -360,7 +360,7 @@ func (r *Reader) readTransactions(ctx context.Context, conn *sql.Conn) ([]*Trans
 			&t.RowsLocked, &t.RowsModified, &t.LockStructs, &query); err != nil {
 			return nil, false, fmt.Errorf("locks: read information_schema.INNODB_TRX: %w", err)
 		}
-		t.Operation, t.Isolation, t.Statement = op.String, iso.String, query.String
+		t.Operation, t.Isolation, t.Statement, t.Idle = op.String, iso.String, query.String, !query.Valid
 		t.AgeSeconds = float64(age)
 		if t.State == "LOCK WAIT" {
 			t.WaitSeconds = float64(wait)
@@ -375,45 +375,7 @@ func (r *Reader) readTransactions(ctx context.Context, conn *sql.Conn) ([]*Trans
 	if cut {
 		out = out[:r.cfg.MaxTransactions]
 	}
-	return out, cut, readSessions(ctx, conn, out)
-}
-
-// readSessions reads the processlist command and running statement of the
-// transactions' sessions (the statement is normalised once the tag is
-// read).
-func readSessions(ctx context.Context, conn *sql.Conn, trx []*Transaction) error {
-	byThread := map[int64]*Transaction{}
-	var ids []string
-	for _, t := range trx {
-		if t.ThreadID > 0 {
-			byThread[t.ThreadID] = t
-			ids = append(ids, strconv.FormatInt(t.ThreadID, 10))
-		}
-	}
-	if len(ids) == 0 {
-		return nil
-	}
-	rows, err := conn.QueryContext(ctx, queryProcesslistPrefix+strings.Join(ids, ", ")+")")
-	if err != nil {
-		return fmt.Errorf("locks: read information_schema.PROCESSLIST: %w", err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var id int64
-		var cmd, info sql.NullString
-		if err := rows.Scan(&id, &cmd, &info); err != nil {
-			return fmt.Errorf("locks: read information_schema.PROCESSLIST: %w", err)
-		}
-		if t := byThread[id]; t != nil {
-			t.Command = cmd.String
-			if cmd.String == "Sleep" {
-				t.Statement = "" // idle: its last statement comes from the history
-			} else if info.Valid {
-				t.Statement = info.String
-			}
-		}
-	}
-	return rows.Err()
+	return out, cut, nil
 }
 
 // readTags names every transaction's tag from its running statement and its
@@ -422,8 +384,8 @@ func (r *Reader) readTags(ctx context.Context, conn *sql.Conn, trx []*Transactio
 	history := map[int64][]histStmt{}
 	var ids []string
 	for _, t := range trx {
-		if t.ThreadID > 0 {
-			ids = append(ids, strconv.FormatInt(t.ThreadID, 10))
+		if _, tagged := r.cfg.ParseTag(t.Statement); t.ThreadID > 0 && !tagged {
+			ids = append(ids, strconv.FormatInt(t.ThreadID, 10)) // the running statement does not name it
 		}
 	}
 	if len(ids) > 0 {

@@ -64,7 +64,7 @@ transactions idle between statements; MySQL 8's lock tables):
   GRANT PROCESS ON *.* TO 'monitor'@'%';
   GRANT SELECT ON performance_schema.* TO 'monitor'@'%';
 
-Each read runs about 7 small queries and SHOW ENGINE INNODB STATUS (see
+Each read runs about 5 small queries and SHOW ENGINE INNODB STATUS (see
 go doc github.com/holdtime/holdtime/locks for what each costs); --watch reads
 every --interval (at least 200ms: the server refreshes INNODB_TRX only after
 100 ms without a read).
@@ -293,7 +293,7 @@ func (l *locksCmd) render(doc locksDoc) error {
 			t.AgeSeconds, t.State, t.Isolation, t.RowsLocked)
 		if t.Statement != "" {
 			what := "running"
-			if t.Command == "Sleep" {
+			if t.Idle {
 				what = "idle; last"
 			}
 			fmt.Fprintf(w, "    %s: %s\n", what, shorten(t.Statement, 100))

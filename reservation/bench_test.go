@@ -138,7 +138,7 @@ func minimalReserve(ctx context.Context, db *sql.DB, key ItemKey, id string, wor
 			_, err = tx.ExecContext(ctx, `DELETE FROM inventory_reservation_units WHERE id = ?`, unit)
 		}
 		if err == nil {
-			_, err = tx.ExecContext(ctx, insertReservation, key.ShopID, id, int64(time.Minute/time.Microsecond))
+			_, err = tx.ExecContext(ctx, insertReservation, key.ShopID, id, int64(time.Minute/time.Microsecond), newToken())
 		}
 		if err == nil {
 			_, err = tx.ExecContext(ctx, insertReservedPrefix+insertReservedRow, key.ShopID, id, key.ItemID, key.GroupID, 1)

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/holdtime/holdtime/conntag"
@@ -23,7 +24,8 @@ import (
 func (e *Engine) Claim(ctx context.Context, shopID uint64, reservationID string) error {
 	ctx = conntag.WithTag(ctx, e.cfg.Tags.Claim)
 	start := time.Now()
-	err := e.retry(ctx, opClaim, func() error { return e.claimOnce(ctx, shopID, reservationID) })
+	token := newToken()
+	err := e.retry(ctx, opClaim, true, token, func(r *retrier) error { return e.claimOnce(ctx, r, shopID, reservationID, token) })
 	e.metrics.op(ctx, opClaim, start, err)
 	if err != nil {
 		return fmt.Errorf("reservation: claim %s: %w", reservationID, err)
@@ -31,13 +33,13 @@ func (e *Engine) Claim(ctx context.Context, shopID uint64, reservationID string)
 	return nil
 }
 
-func (e *Engine) claimOnce(ctx context.Context, shopID uint64, id string) error {
+func (e *Engine) claimOnce(ctx context.Context, r *retrier, shopID uint64, id string, token uint64) error {
 	tx, err := e.begin(ctx)
 	if err != nil {
 		return err
 	}
 	defer tx.Rollback()
-	state, due, err := lockState(ctx, tx, shopID, id)
+	state, due, err := lockState(ctx, tx, r, shopID, id, token)
 	if err != nil {
 		return err
 	}
@@ -49,16 +51,17 @@ func (e *Engine) claimOnce(ctx context.Context, shopID uint64, id string) error 
 	case state == StateExpired:
 		return ErrExpired
 	case due:
-		lines, err := e.endHold(ctx, tx, shopID, id, StateExpired)
+		lines, err := endHold(ctx, tx, shopID, id, StateExpired, token)
 		if err != nil {
 			return err
 		}
-		if err := tx.Commit(); err != nil {
-			return classify(err)
+		pooled, err := e.returnUnits(ctx, tx, lines)
+		if err != nil {
+			return err
 		}
-		e.returned(shopID, lines)
-		e.stats.expired.Add(1)
-		e.metrics.expired(ctx, 1)
+		if err := r.commit(ctx, tx, func() { e.expiredHolds(ctx, 1, pooled) }); err != nil {
+			return err
+		}
 		return ErrExpired
 	}
 	lines, err := readHeld(ctx, tx, shopID, id)
@@ -69,27 +72,25 @@ func (e *Engine) claimOnce(ctx context.Context, shopID uint64, id string) error 
 		return classify(err)
 	}
 	for _, l := range lines { // sorted by item, group: claims lock ledger rows in one order
-		if _, err := tx.ExecContext(ctx, claimLedger, l.Quantity, l.Quantity, shopID, l.ItemID, l.GroupID); err != nil {
+		if _, err := tx.ExecContext(ctx, claimLedger, l.qty, l.qty, shopID, l.key.ItemID, l.key.GroupID); err != nil {
 			return classify(err)
 		}
 	}
-	if _, err := tx.ExecContext(ctx, setState, StateClaimed, shopID, id); err != nil {
+	if _, err := tx.ExecContext(ctx, setState, StateClaimed, token, shopID, id); err != nil {
 		return classify(err)
 	}
-	if err := tx.Commit(); err != nil {
-		return classify(err)
-	}
-	e.stats.claims.Add(1)
-	return nil
+	return r.commit(ctx, tx, func() { e.stats.claims.Add(1) })
 }
 
-// Release cancels a held reservation and returns its units to the pool. It
-// is idempotent: releasing a released or expired reservation returns nil.
-// Releasing a claimed one returns ErrClaimed.
+// Release cancels a held reservation and returns its units to the pool
+// (those that do not fit under Config.PoolSize to the ledger, still
+// sellable). It is idempotent: releasing a released or expired reservation
+// returns nil. Releasing a claimed one returns ErrClaimed.
 func (e *Engine) Release(ctx context.Context, shopID uint64, reservationID string) error {
 	ctx = conntag.WithTag(ctx, e.cfg.Tags.Release)
 	start := time.Now()
-	err := e.retry(ctx, opRelease, func() error { return e.releaseOnce(ctx, shopID, reservationID) })
+	token := newToken()
+	err := e.retry(ctx, opRelease, true, token, func(r *retrier) error { return e.releaseOnce(ctx, r, shopID, reservationID, token) })
 	e.metrics.op(ctx, opRelease, start, err)
 	if err != nil {
 		return fmt.Errorf("reservation: release %s: %w", reservationID, err)
@@ -97,13 +98,13 @@ func (e *Engine) Release(ctx context.Context, shopID uint64, reservationID strin
 	return nil
 }
 
-func (e *Engine) releaseOnce(ctx context.Context, shopID uint64, id string) error {
+func (e *Engine) releaseOnce(ctx context.Context, r *retrier, shopID uint64, id string, token uint64) error {
 	tx, err := e.begin(ctx)
 	if err != nil {
 		return err
 	}
 	defer tx.Rollback()
-	state, _, err := lockState(ctx, tx, shopID, id)
+	state, _, err := lockState(ctx, tx, r, shopID, id, token)
 	if err != nil {
 		return err
 	}
@@ -113,43 +114,54 @@ func (e *Engine) releaseOnce(ctx context.Context, shopID uint64, id string) erro
 	case StateReleased, StateExpired:
 		return nil
 	}
-	lines, err := e.endHold(ctx, tx, shopID, id, StateReleased)
+	lines, err := endHold(ctx, tx, shopID, id, StateReleased, token)
 	if err != nil {
 		return err
 	}
-	if err := tx.Commit(); err != nil {
-		return classify(err)
+	pooled, err := e.returnUnits(ctx, tx, lines)
+	if err != nil {
+		return err
 	}
-	e.returned(shopID, lines)
-	e.stats.releases.Add(1)
-	return nil
+	return r.commit(ctx, tx, func() {
+		e.stats.releases.Add(1)
+		e.returned(pooled)
+	})
 }
 
 // lockState locks a reservation row and reports its state and whether it
-// is past expires_at by the database clock.
-func lockState(ctx context.Context, tx *sql.Tx, shopID uint64, id string) (State, bool, error) {
+// is past expires_at by the database clock. The lock waits for any
+// transaction that changed the row to end, so the row also says whether
+// this call's own lost COMMIT (token) ended the hold: that resolves r.
+func lockState(ctx context.Context, tx *sql.Tx, r *retrier, shopID uint64, id string, token uint64) (State, bool, error) {
 	var state string
 	var due bool
-	err := tx.QueryRowContext(ctx, lockReservation, shopID, id).Scan(&state, &due)
+	var ended uint64
+	err := tx.QueryRowContext(ctx, lockReservation, shopID, id).Scan(&state, &due, &ended)
 	if errors.Is(err, sql.ErrNoRows) {
+		r.resolved(false)
 		return "", false, ErrNotFound
 	}
 	if err != nil {
 		return "", false, classify(err)
 	}
+	r.resolved(State(state) != StateHeld && ended == token)
+	if State(state) != StateHeld && ended != token {
+		r.e.settle(ended) // an earlier call of this engine that could not learn its outcome
+	}
 	return State(state), due, nil
 }
 
-func readHeld(ctx context.Context, tx *sql.Tx, shopID uint64, id string) ([]ReservedLine, error) {
+// readHeld returns what a reservation holds, in (item, group) order.
+func readHeld(ctx context.Context, tx *sql.Tx, shopID uint64, id string) ([]keyQty, error) {
 	rows, err := tx.QueryContext(ctx, selectReserved, shopID, id)
 	if err != nil {
 		return nil, classify(err)
 	}
 	defer rows.Close()
-	var lines []ReservedLine
+	var lines []keyQty
 	for rows.Next() {
-		var l ReservedLine
-		if err := rows.Scan(&l.ItemID, &l.GroupID, &l.Quantity); err != nil {
+		l := keyQty{key: ItemKey{ShopID: shopID}}
+		if err := rows.Scan(&l.key.ItemID, &l.key.GroupID, &l.qty); err != nil {
 			return nil, classify(err)
 		}
 		lines = append(lines, l)
@@ -157,12 +169,10 @@ func readHeld(ctx context.Context, tx *sql.Tx, shopID uint64, id string) ([]Rese
 	return lines, classify(rows.Err())
 }
 
-// endHold returns the units of a locked, held reservation to the pool and
-// sets its final state, returning the lines it returned. The pool inserts
-// are fresh rows that wait on no lock, so taking them after the
-// reservation lock keeps the lock order (units, reserved quantities,
-// ledger) free of cycles.
-func (e *Engine) endHold(ctx context.Context, tx *sql.Tx, shopID uint64, id string, state State) ([]ReservedLine, error) {
+// endHold ends a locked, held reservation: it deletes its reserved
+// quantities and sets its final state, marked with the token of the
+// operation, and returns what it held for returnUnits.
+func endHold(ctx context.Context, tx *sql.Tx, shopID uint64, id string, state State, token uint64) ([]keyQty, error) {
 	lines, err := readHeld(ctx, tx, shopID, id)
 	if err != nil {
 		return nil, err
@@ -170,32 +180,48 @@ func (e *Engine) endHold(ctx context.Context, tx *sql.Tx, shopID uint64, id stri
 	if _, err := tx.ExecContext(ctx, deleteReserved, shopID, id); err != nil {
 		return nil, classify(err)
 	}
-	for _, l := range lines {
-		if err := e.addToPool(ctx, tx, ItemKey{shopID, l.ItemID, l.GroupID}, l.Quantity); err != nil {
-			return nil, err
-		}
+	if _, err := tx.ExecContext(ctx, setState, state, token, shopID, id); err != nil {
+		return nil, classify(err)
 	}
-	_, err = tx.ExecContext(ctx, setState, state, shopID, id)
-	return lines, classify(err)
+	return lines, nil
 }
 
 // returned records units a committed release or expiry put back in pools.
-func (e *Engine) returned(shopID uint64, lines []ReservedLine) {
-	for _, l := range lines {
-		e.touch(ItemKey{shopID, l.ItemID, l.GroupID}, l.Quantity)
+func (e *Engine) returned(pooled []keyQty) {
+	for _, l := range pooled {
+		e.touch(l.key, l.qty)
 	}
 }
 
-// ExpireDue returns every hold past its expiry to the pool, in batches of
-// Config.ExpiryBatch, and returns how many it expired. Holds that a claim or
-// release is deciding are skipped (SKIP LOCKED). Run calls it every
-// Config.ExpiryInterval.
+// expiredHolds records n committed expiries that pooled units.
+func (e *Engine) expiredHolds(ctx context.Context, n int, pooled []keyQty) {
+	e.returned(pooled)
+	e.stats.expired.Add(int64(n))
+	e.metrics.expired(ctx, n)
+}
+
+// ExpireDue ends every hold past its expiry, in batches of
+// Config.ExpiryBatch, and returns how many it expired: their units go back
+// to the pool as far as it has room under Config.PoolSize, the others to
+// the ledger. Holds that a claim or release is deciding are skipped (SKIP
+// LOCKED). A batch whose COMMIT reply is lost is counted once it is known
+// to have committed. Run calls it every Config.ExpiryInterval.
 func (e *Engine) ExpireDue(ctx context.Context) (int, error) {
 	ctx = conntag.WithTag(ctx, e.cfg.Tags.Expire)
 	total := 0
 	for {
 		var n int
-		err := e.retry(ctx, opExpire, func() (err error) { n, err = e.expireBatch(ctx); return err })
+		var lost []reservationKey // the batch whose COMMIT reply was lost
+		token := newToken()
+		err := e.retry(ctx, opExpire, true, 0, func(r *retrier) (err error) {
+			if r.doubt != nil {
+				if n, err = e.resolveExpiry(ctx, r, lost, token); err != nil || n > 0 {
+					return err
+				}
+			}
+			n, lost, err = e.expireBatch(ctx, r, token)
+			return err
+		})
 		total += n
 		if err != nil {
 			return total, fmt.Errorf("reservation: expire: %w", err)
@@ -206,62 +232,96 @@ func (e *Engine) ExpireDue(ctx context.Context) (int, error) {
 	}
 }
 
-func (e *Engine) expireBatch(ctx context.Context) (int, error) {
+// reservationKey names a reservation.
+type reservationKey struct {
+	shopID uint64
+	id     string
+}
+
+// expireBatch expires one batch of due holds, marked with token. On a lost
+// COMMIT reply it returns the batch with the error, for resolveExpiry.
+func (e *Engine) expireBatch(ctx context.Context, r *retrier, token uint64) (int, []reservationKey, error) {
+	tx, err := e.begin(ctx)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer tx.Rollback()
+	rows, err := tx.QueryContext(ctx, selectDue, e.cfg.ExpiryBatch)
+	if err != nil {
+		return 0, nil, classify(err)
+	}
+	var batch []reservationKey
+	for rows.Next() {
+		var d reservationKey
+		if err := rows.Scan(&d.shopID, &d.id); err != nil {
+			rows.Close()
+			return 0, nil, classify(err)
+		}
+		batch = append(batch, d)
+	}
+	if err := rows.Close(); err != nil {
+		return 0, nil, classify(err)
+	}
+	if len(batch) == 0 {
+		return 0, nil, nil
+	}
+	var held []keyQty
+	for _, d := range batch {
+		lines, err := endHold(ctx, tx, d.shopID, d.id, StateExpired, token)
+		if err != nil {
+			return 0, nil, err
+		}
+		held = append(held, lines...)
+	}
+	pooled, err := e.returnUnits(ctx, tx, held)
+	if err != nil {
+		return 0, nil, err
+	}
+	if err := r.commit(ctx, tx, func() { e.expiredHolds(ctx, len(batch), pooled) }); err != nil {
+		return 0, batch, err
+	}
+	return len(batch), nil, nil
+}
+
+// resolveExpiry learns whether the batch whose COMMIT reply was lost
+// committed: it locks the batch's reservation rows (waiting for that
+// transaction to end on the server) and counts those it ended. It returns
+// that count (the whole batch or none).
+func (e *Engine) resolveExpiry(ctx context.Context, r *retrier, batch []reservationKey, token uint64) (int, error) {
 	tx, err := e.begin(ctx)
 	if err != nil {
 		return 0, err
 	}
 	defer tx.Rollback()
-	rows, err := tx.QueryContext(ctx, selectDue, e.cfg.ExpiryBatch)
+	var q strings.Builder
+	q.WriteString(lockEndTokensPrefix)
+	args := make([]any, 0, 2*len(batch))
+	for i, d := range batch {
+		if i > 0 {
+			q.WriteString(", ")
+		}
+		q.WriteString(deleteReservationsRow)
+		args = append(args, d.shopID, d.id)
+	}
+	q.WriteString(lockEndTokensSuffix)
+	rows, err := tx.QueryContext(ctx, q.String(), args...)
 	if err != nil {
 		return 0, classify(err)
 	}
-	type due struct {
-		shopID uint64
-		id     string
-	}
-	var batch []due
+	n := 0
 	for rows.Next() {
-		var d due
-		if err := rows.Scan(&d.shopID, &d.id); err != nil {
+		var got uint64
+		if err := rows.Scan(&got); err != nil {
 			rows.Close()
 			return 0, classify(err)
 		}
-		batch = append(batch, d)
+		if got == token {
+			n++
+		}
 	}
 	if err := rows.Close(); err != nil {
 		return 0, classify(err)
 	}
-	var ended [][]ReservedLine
-	for _, d := range batch {
-		lines, err := e.endHold(ctx, tx, d.shopID, d.id, StateExpired)
-		if err != nil {
-			return 0, err
-		}
-		ended = append(ended, lines)
-	}
-	if err := tx.Commit(); err != nil {
-		return 0, classify(err)
-	}
-	for i, d := range batch {
-		e.returned(d.shopID, ended[i])
-	}
-	e.stats.expired.Add(int64(len(batch)))
-	e.metrics.expired(ctx, len(batch))
-	return len(batch), nil
-}
-
-// retry runs attempt until it succeeds, fails for good, or the retry budget
-// runs out.
-func (e *Engine) retry(ctx context.Context, op string, attempt func() error) error {
-	r := e.newRetrier(op)
-	for {
-		err := attempt()
-		if err == nil {
-			return nil
-		}
-		if err = r.again(ctx, err); err != nil {
-			return err
-		}
-	}
+	r.resolved(n > 0)
+	return n, nil
 }

@@ -35,6 +35,39 @@ type Engine struct {
 	// wake carries items whose pool fell below half to Run, which refills
 	// them at once instead of at the next tick or on a buyer's short read.
 	wake chan ItemKey
+
+	// unsettled are the effects on the counters of calls that returned an
+	// *OutcomeUnknownError, by the token their lost COMMIT wrote: a later
+	// call that finds the token (the caller's retry) applies them, once.
+	// Bounded by maxUnsettled.
+	unsettledMu sync.Mutex
+	unsettled   map[uint64]func()
+}
+
+// maxUnsettled bounds Engine.unsettled: beyond it, the counters miss what
+// the calls that could not learn their outcome did.
+const maxUnsettled = 1024
+
+// remember keeps the effects of a call whose outcome stayed unknown.
+func (e *Engine) remember(token uint64, effects func()) {
+	e.unsettledMu.Lock()
+	defer e.unsettledMu.Unlock()
+	if len(e.unsettled) < maxUnsettled {
+		e.unsettled[token] = effects
+	}
+}
+
+// settle applies the effects of an earlier call of this engine whose
+// outcome stayed unknown, when token (read from the row its COMMIT wrote)
+// is one.
+func (e *Engine) settle(token uint64) {
+	e.unsettledMu.Lock()
+	effects := e.unsettled[token]
+	delete(e.unsettled, token)
+	e.unsettledMu.Unlock()
+	if effects != nil {
+		effects()
+	}
 }
 
 // hotItem is what the engine knows of one item/group's pool.
@@ -62,7 +95,8 @@ func New(db *sql.DB, cfg Config) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &Engine{db: db, cfg: cfg, now: time.Now, hot: make(map[ItemKey]*hotItem), wake: make(chan ItemKey, 64)}
+	e := &Engine{db: db, cfg: cfg, now: time.Now, hot: make(map[ItemKey]*hotItem), wake: make(chan ItemKey, 64),
+		unsettled: make(map[uint64]func())}
 	if e.metrics, err = newMetrics(cfg.MeterProvider, cfg.Strategy, e.poolDepth); err != nil {
 		return nil, err
 	}
@@ -192,31 +226,70 @@ func (e *Engine) begin(ctx context.Context) (*sql.Tx, error) {
 	return tx, nil
 }
 
-// retrier paces the retries of one operation within Config.RetryBudget.
+// retrier paces the retries of one operation within Config.RetryBudget and
+// keeps track of a COMMIT whose reply was lost until a retry resolves it.
 type retrier struct {
 	e        *Engine
 	op       string
+	safe     bool   // a caller may repeat the operation after an unknown outcome
+	token    uint64 // the call's token, when a later call can find it (see Engine.unsettled)
 	deadline time.Time
 	attempts int
+
+	// doubt is the error of a COMMIT whose reply was lost, until an attempt
+	// has read what that COMMIT wrote; lost are its effects on the engine's
+	// counters, to apply if it turns out to have taken effect.
+	doubt error
+	lost  func()
 }
 
-func (e *Engine) newRetrier(op string) *retrier {
-	return &retrier{e: e, op: op, deadline: time.Now().Add(e.cfg.RetryBudget), attempts: 1}
+// newRetrier returns the retrier of one call. safe says whether the
+// caller may repeat the call after an unknown outcome (it has an
+// idempotency key).
+func (e *Engine) newRetrier(op string, safe bool) *retrier {
+	return &retrier{e: e, op: op, safe: safe, deadline: time.Now().Add(e.cfg.RetryBudget), attempts: 1}
+}
+
+// commit commits tx and applies effects (the engine's counters and pool
+// depths) once the commit is known to have taken effect: now, or when a
+// later attempt finds what the lost COMMIT wrote (resolved).
+func (r *retrier) commit(ctx context.Context, tx *sql.Tx, effects func()) error {
+	err := commit(ctx, tx)
+	var d *inDoubtError
+	switch {
+	case err == nil:
+		if effects != nil {
+			effects()
+		}
+	case errors.As(err, &d):
+		r.doubt, r.lost = d.err, effects
+	}
+	return err
+}
+
+// resolved records that an attempt read, under the locks the lost COMMIT's
+// transaction held (so after it ended on the server), whether it took
+// effect. When it did, its effects are applied now, exactly once.
+func (r *retrier) resolved(applied bool) {
+	if r.doubt != nil && applied && r.lost != nil {
+		r.lost()
+	}
+	r.doubt, r.lost = nil, nil
 }
 
 // again reports whether to retry after err (already classified): it sleeps a
 // jittered backoff and returns nil, or returns the error to give the caller.
 func (r *retrier) again(ctx context.Context, err error) error {
 	if !errors.Is(err, ErrRetryable) {
-		return err
+		return r.fail(err)
 	}
 	if ctx.Err() != nil {
-		return fmt.Errorf("reservation: %s: %w", r.op, context.Cause(ctx))
+		return r.fail(fmt.Errorf("reservation: %s: %w", r.op, context.Cause(ctx)))
 	}
 	// Full jitter over an exponential ceiling: 1 ms, 2 ms, ... 64 ms.
 	backoff := time.Duration(rand.Int64N(int64(time.Millisecond) << min(r.attempts, 6)))
 	if time.Now().Add(backoff).After(r.deadline) {
-		return &RetryableError{Op: r.op, Attempts: r.attempts, Err: err}
+		return r.fail(&RetryableError{Op: r.op, Attempts: r.attempts, Err: err})
 	}
 	r.attempts++
 	r.e.stats.retries.Add(1)
@@ -227,6 +300,49 @@ func (r *retrier) again(ctx context.Context, err error) error {
 	case <-t.C:
 		return nil
 	case <-ctx.Done():
-		return fmt.Errorf("reservation: %s: %w", r.op, context.Cause(ctx))
+		return r.fail(fmt.Errorf("reservation: %s: %w", r.op, context.Cause(ctx)))
+	}
+}
+
+// fail returns the error that ends the operation: err, or an
+// *OutcomeUnknownError while a lost COMMIT is unresolved (whose effects
+// the engine then remembers for a later call to settle).
+func (r *retrier) fail(err error) error {
+	if r.doubt == nil {
+		return err
+	}
+	if r.token != 0 && r.lost != nil {
+		r.e.remember(r.token, r.lost)
+	}
+	r.doubt, r.lost = nil, nil
+	return &OutcomeUnknownError{Op: r.op, Retryable: r.safe, Err: err}
+}
+
+// retry runs attempt until it succeeds, fails for good, or the retry budget
+// runs out. token is the call's token when a later call can find it, or 0.
+func (e *Engine) retry(ctx context.Context, op string, safe bool, token uint64, attempt func(r *retrier) error) error {
+	r := e.newRetrier(op, safe)
+	r.token = token
+	for {
+		err := attempt(r)
+		if err == nil {
+			return nil
+		}
+		if err = r.again(ctx, err); err != nil {
+			return err
+		}
+	}
+}
+
+// newToken returns a random nonzero token that marks the rows one
+// operation writes, so that a retry can tell its own lost COMMIT from
+// anyone else's. It has 63 bits: database/sql refuses a uint64 argument
+// with the high bit set unless the driver (and every wrapper of it)
+// converts it.
+func newToken() uint64 {
+	for {
+		if t := rand.Uint64() >> 1; t != 0 {
+			return t
+		}
 	}
 }

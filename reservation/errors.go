@@ -1,6 +1,8 @@
 package reservation
 
 import (
+	"context"
+	"database/sql"
 	"database/sql/driver"
 	"errors"
 	"fmt"
@@ -25,9 +27,20 @@ var (
 	// ErrClaimed means Release was called on a reservation already claimed.
 	ErrClaimed = errors.New("reservation: already claimed")
 	// ErrRetryable matches errors worth retrying later with the same
-	// reservation id: deadlocks, lock wait timeouts, lost connections and
-	// contention that outlasted Config.RetryBudget.
+	// reservation id (or StockParams.AdjustmentID): deadlocks, lock wait
+	// timeouts, lost connections and contention that outlasted
+	// Config.RetryBudget, and outcomes left unknown that a retry resolves.
 	ErrRetryable = errors.New("reservation: retryable")
+	// ErrOutcomeUnknown means a COMMIT was sent and its reply never came
+	// (the connection broke, or ctx ended, while it was in flight), and the
+	// engine could not learn within Config.RetryBudget whether it took
+	// effect. The error is an *OutcomeUnknownError; it also matches
+	// ErrRetryable when a retry is safe (see OutcomeUnknownError.Retryable).
+	ErrOutcomeUnknown = errors.New("reservation: outcome unknown")
+	// ErrAdjustmentConflict means a StockParams.AdjustmentID was already used
+	// for a different change (another item or quantity): nothing was
+	// changed. Use a new id for a new change.
+	ErrAdjustmentConflict = errors.New("reservation: adjustment id already used for a different change")
 
 	// ErrDeadlock is MySQL error 1213; it matches ErrRetryable.
 	ErrDeadlock = &retryableSentinel{"reservation: deadlock (MySQL 1213)"}
@@ -45,6 +58,9 @@ var (
 	// a bug (a unit handed out twice). The transaction rolls back.
 	errUnitsMismatch = errors.New("reservation: internal error: units locked and units deleted differ " +
 		"(nothing was reserved; please report this)")
+	// errAdjustmentRaced is a stock change that lost the race for its
+	// AdjustmentID to a concurrent call: the retry reads the winner's record.
+	errAdjustmentRaced = &retryableSentinel{"reservation: another call applied the same AdjustmentID first"}
 	// errDuplicate is MySQL error 1062 on the reservation id: a retry.
 	errDuplicate = errors.New("reservation: duplicate reservation id")
 )
@@ -71,6 +87,76 @@ func (e *RetryableError) Error() string {
 
 func (e *RetryableError) Unwrap() error        { return e.Err }
 func (e *RetryableError) Is(target error) bool { return target == ErrRetryable }
+
+// OutcomeUnknownError is returned when the reply to an operation's COMMIT
+// was lost and the engine could not find out within Config.RetryBudget (or
+// before ctx ended) whether the COMMIT took effect. It matches
+// ErrOutcomeUnknown, and ErrRetryable when Retryable is true.
+type OutcomeUnknownError struct {
+	Op string // "reserve", "claim", "release", "adjust", "receive", "expire", "refill", "prune"
+	// Retryable reports whether calling again with the same arguments is
+	// safe, that is applies the change at most once and returns its
+	// outcome: true for Reserve, Claim and Release (same reservation id),
+	// for Receive and Adjust with a StockParams.AdjustmentID, and for the
+	// background work. False for Receive and Adjust without one: read the
+	// ledger (Available) before changing it again.
+	Retryable bool
+	// Err is the last error the engine saw: the lost connection, the end of
+	// ctx, or a *RetryableError.
+	Err error
+}
+
+func (e *OutcomeUnknownError) Error() string {
+	hint := "call again with the same id: a retry applies it at most once and returns its outcome"
+	if !e.Retryable {
+		hint = "read the ledger before you change it again: without StockParams.AdjustmentID a retry may apply the change twice"
+	}
+	return fmt.Sprintf("reservation: %s: outcome unknown: the reply to COMMIT was lost and the database did not say "+
+		"within Config.RetryBudget whether it took effect (%v); %s", e.Op, e.Err, hint)
+}
+
+func (e *OutcomeUnknownError) Is(target error) bool {
+	return target == ErrOutcomeUnknown || e.Retryable && target == ErrRetryable
+}
+
+// Unwrap returns Err, except an Err that matches ErrRetryable when a retry
+// is not safe: errors.Is must not find ErrRetryable through it.
+func (e *OutcomeUnknownError) Unwrap() error {
+	if !e.Retryable && errors.Is(e.Err, ErrRetryable) {
+		return nil
+	}
+	return e.Err
+}
+
+// inDoubtError is a COMMIT whose reply never came: it may or may not have
+// taken effect. It never leaves the package: the retry that follows reads
+// what the attempt wrote (waiting for it to end on the server) and learns
+// which, or the operation returns an *OutcomeUnknownError.
+type inDoubtError struct{ err error }
+
+func (e *inDoubtError) Error() string        { return "reply to COMMIT lost: " + e.err.Error() }
+func (e *inDoubtError) Unwrap() error        { return classify(e.err) }
+func (e *inDoubtError) Is(target error) bool { return target == ErrRetryable }
+
+// commit commits tx. A COMMIT that was sent and got no answer (the
+// connection broke, or ctx ended while it was in flight) returns an
+// *inDoubtError; one the server refused, or one never sent because ctx
+// had already ended (database/sql then rolls back), is an ordinary error.
+func commit(ctx context.Context, tx *sql.Tx) error {
+	if err := ctx.Err(); err != nil {
+		tx.Rollback()
+		return err
+	}
+	err := tx.Commit()
+	if err == nil || errors.Is(err, sql.ErrTxDone) {
+		return err
+	}
+	var me *mysql.MySQLError
+	if errors.As(err, &me) && !errors.Is(classify(err), ErrConnectionLost) {
+		return classify(err) // the server answered: not committed
+	}
+	return &inDoubtError{err: err}
+}
 
 // dbError joins a sentinel to the driver error it was mapped from, so that
 // errors.Is sees the sentinel and errors.As still finds *mysql.MySQLError.

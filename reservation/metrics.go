@@ -108,6 +108,8 @@ func outcome(err error) string {
 		return "expired"
 	case errors.Is(err, ErrReleased), errors.Is(err, ErrClaimed):
 		return "conflict"
+	case errors.Is(err, ErrOutcomeUnknown):
+		return "unknown"
 	case errors.Is(err, ErrRetryable):
 		return "retryable"
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):

@@ -4,12 +4,14 @@ import (
 	"context"
 	"database/sql"
 	"embed"
+	"errors"
 	"fmt"
 	"io/fs"
 	"sort"
 	"strconv"
 	"strings"
 
+	"github.com/go-sql-driver/mysql"
 	"github.com/holdtime/holdtime/conntag"
 )
 
@@ -127,7 +129,7 @@ func (e *Engine) Migrate(ctx context.Context) error {
 			continue
 		}
 		for _, stmt := range m.statements {
-			if _, err := conn.ExecContext(ctx, stmt); err != nil {
+			if _, err := conn.ExecContext(ctx, stmt); err != nil && !alreadyApplied(err) {
 				return fmt.Errorf("reservation: migrate: %s failed (fix the cause and run Migrate again; statements are idempotent): %w", m.name, err)
 			}
 		}
@@ -136,4 +138,13 @@ func (e *Engine) Migrate(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// alreadyApplied reports whether a migration statement failed only because
+// an earlier, interrupted Migrate had applied it: ALTER TABLE … ADD COLUMN
+// or ADD KEY has no IF NOT EXISTS on MySQL 8, so a re-run meets duplicate
+// column (1060) or key (1061) names.
+func alreadyApplied(err error) bool {
+	var me *mysql.MySQLError
+	return errors.As(err, &me) && (me.Number == 1060 || me.Number == 1061)
 }

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -25,9 +26,11 @@ func (s poolState) ledgerOnly() int64 { return s.onHand - s.pooled - s.held }
 // sellable is what the ledger says can still be reserved.
 func (s poolState) sellable() int64 { return s.onHand - s.held }
 
-// poolState locks the ledger row (the per-item/group lock) and reads the
-// pool and the holds in one statement, so that both come from one snapshot.
-func (e *Engine) poolState(ctx context.Context, tx *sql.Tx, key ItemKey) (poolState, error) {
+// poolState locks the ledger row (the per-item/group lock of refills and
+// adjustments) and reads the pool and the holds in one statement, so that
+// both come from one snapshot. With lockPool it also locks the pool row
+// (refills, which add units), after the ledger row.
+func (e *Engine) poolState(ctx context.Context, tx *sql.Tx, key ItemKey, lockPool bool) (poolState, error) {
 	var st poolState
 	err := tx.QueryRowContext(ctx, lockLedger, key.ShopID, key.ItemID, key.GroupID).Scan(&st.onHand)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -37,6 +40,14 @@ func (e *Engine) poolState(ctx context.Context, tx *sql.Tx, key ItemKey) (poolSt
 		return st, classify(err)
 	}
 	st.found = true
+	if lockPool {
+		q := lockPoolUnitsHeld
+		if e.cfg.Strategy == StrategyCounter {
+			q = lockPoolCounterHeld
+		}
+		err = e.lockPool(ctx, tx, key, q, &st.pooled, &st.held)
+		return st, err
+	}
 	q := countUnits
 	if e.cfg.Strategy == StrategyCounter {
 		q = countCounter
@@ -46,20 +57,74 @@ func (e *Engine) poolState(ctx context.Context, tx *sql.Tx, key ItemKey) (poolSt
 	return st, classify(err)
 }
 
+// lockPool locks the pool row of key, creating it the first time, and scans
+// what q (one of the lockPool statements) counts under that lock.
+func (e *Engine) lockPool(ctx context.Context, tx *sql.Tx, key ItemKey, q string, dest ...any) error {
+	for range 2 {
+		err := tx.QueryRowContext(ctx, q, key.ShopID, key.ItemID, key.GroupID).Scan(dest...)
+		if !errors.Is(err, sql.ErrNoRows) {
+			return classify(err)
+		}
+		// The first writer of this pool: the insert locks the new row (a
+		// concurrent one waits on it and then finds it).
+		if _, err := tx.ExecContext(ctx, insertPool, key.ShopID, key.ItemID, key.GroupID); err != nil {
+			return classify(err)
+		}
+	}
+	return fmt.Errorf("reservation: internal error: the pool row of %+v vanished inside a transaction", key)
+}
+
 // refill tops up the pool of key to Config.PoolSize from ledger-only units
 // when it holds fewer than need units or is below half full. It is single
 // flight per item/group: concurrent callers queue on the ledger row lock and
-// find the pool already refilled. It returns the state after the refill.
+// find the pool already refilled. It returns the state after the refill and
+// the units it added.
+//
+// A refill whose COMMIT reply is lost retries here, at once: the retry's
+// ledger lock waits for the lost transaction to end on the server, and its
+// receipt says whether it committed, so that its units are counted once.
+// Other errors are returned for the caller to retry.
 func (e *Engine) refill(ctx context.Context, key ItemKey, need int64) (poolState, int64, error) {
 	ctx = conntag.WithTag(ctx, e.cfg.Tags.Refill)
+	r := e.newRetrier(opRefill, true)
+	token := newToken()
+	var lostAdd int64
+	for {
+		st, add, err := e.refillOnce(ctx, r, key, need, token, &lostAdd)
+		var d *inDoubtError
+		if err == nil || !errors.As(err, &d) && r.doubt == nil {
+			return st, add, err
+		}
+		if err = r.again(ctx, err); err != nil {
+			return st, 0, err
+		}
+	}
+}
+
+func (e *Engine) refillOnce(ctx context.Context, r *retrier, key ItemKey, need int64, token uint64, lostAdd *int64) (poolState, int64, error) {
 	tx, err := e.begin(ctx)
 	if err != nil {
 		return poolState{}, 0, err
 	}
 	defer tx.Rollback()
-	st, err := e.poolState(ctx, tx, key)
-	if err != nil || !st.found {
+	st, err := e.poolState(ctx, tx, key, true)
+	if err != nil {
 		return st, 0, err
+	}
+	if !st.found {
+		r.resolved(false) // a refill that committed left its ledger row
+		return st, 0, nil
+	}
+	if r.doubt != nil {
+		var n int
+		if err := tx.QueryRowContext(ctx, lockReceipt, token).Scan(&n); err != nil {
+			return st, 0, classify(err)
+		}
+		r.resolved(n > 0)
+		if n > 0 { // committed: st already counts its units
+			e.counted(key, st.pooled)
+			return st, *lostAdd, nil
+		}
 	}
 	var add int64
 	if st.pooled < need || st.pooled < int64(e.cfg.PoolSize)/2 {
@@ -70,21 +135,28 @@ func (e *Engine) refill(ctx context.Context, key ItemKey, need int64) (poolState
 		if err := e.addToPool(ctx, tx, key, add); err != nil {
 			return st, 0, err
 		}
+		if _, err := tx.ExecContext(ctx, insertReceipt, token); err != nil {
+			return st, 0, classify(err)
+		}
 	}
-	if err := tx.Commit(); err != nil {
-		return st, 0, classify(err)
+	add = max(add, 0)
+	*lostAdd = add
+	err = r.commit(ctx, tx, func() {
+		if add > 0 {
+			e.stats.refilledUnits.Add(add)
+			e.metrics.refilledUnits(ctx, add)
+		}
+	})
+	if err != nil {
+		return st, 0, err
 	}
-	st.pooled += max(add, 0)
+	st.pooled += add
 	e.counted(key, st.pooled)
-	if add > 0 {
-		e.stats.refilledUnits.Add(add)
-		e.metrics.refilledUnits(ctx, add)
-		return st, add, nil
-	}
-	return st, 0, nil
+	return st, add, nil
 }
 
-// addToPool makes n units reservable: unit rows, or the counter.
+// addToPool makes n units reservable: unit rows, or the counter. The caller
+// holds the pool row lock.
 func (e *Engine) addToPool(ctx context.Context, tx *sql.Tx, key ItemKey, n int64) error {
 	if e.cfg.Strategy == StrategyCounter {
 		_, err := tx.ExecContext(ctx, addCounter, key.ShopID, key.ItemID, key.GroupID, n, n)
@@ -117,10 +189,59 @@ func (e *Engine) addToPool(ctx context.Context, tx *sql.Tx, key ItemKey, n int64
 	return nil
 }
 
+// returnUnits puts the units of ended holds back in their pools, as many as
+// fit under Config.PoolSize; the others stay in the ledger (ledger-only,
+// still sellable) for a refill to pool when the pool runs low. It takes
+// each pool row lock in key order, after every other lock of the
+// transaction, and waits for nothing once it holds one: the pool locks
+// close no cycle. It returns the units pooled per line.
+func (e *Engine) returnUnits(ctx context.Context, tx *sql.Tx, lines []keyQty) ([]keyQty, error) {
+	lines = mergeKeyQty(lines)
+	q := lockPoolUnits
+	if e.cfg.Strategy == StrategyCounter {
+		q = lockPoolCounter
+	}
+	pooled := make([]keyQty, 0, len(lines))
+	for _, l := range lines {
+		var depth int64
+		if err := e.lockPool(ctx, tx, l.key, q, &depth); err != nil {
+			return nil, err
+		}
+		put := min(l.qty, max(int64(e.cfg.PoolSize)-depth, 0))
+		if put > 0 {
+			if err := e.addToPool(ctx, tx, l.key, put); err != nil {
+				return nil, err
+			}
+		}
+		pooled = append(pooled, keyQty{l.key, put})
+	}
+	return pooled, nil
+}
+
+// keyQty is a quantity of units of one item/group.
+type keyQty struct {
+	key ItemKey
+	qty int64
+}
+
+// mergeKeyQty sums lines per key, in key order (the pool lock order).
+func mergeKeyQty(lines []keyQty) []keyQty {
+	slices.SortFunc(lines, func(a, b keyQty) int { return compareKeys(a.key, b.key) })
+	out := lines[:0:0]
+	for _, l := range lines {
+		if n := len(out); n > 0 && out[n-1].key == l.key {
+			out[n-1].qty += l.qty
+			continue
+		}
+		out = append(out, l)
+	}
+	return out
+}
+
 // Refill tops up the pool of one item/group now, returning the units added.
 // Run does this in the background; call it to warm a pool before a sale.
 func (e *Engine) Refill(ctx context.Context, key ItemKey) (int64, error) {
-	r := e.newRetrier("refill")
+	r := e.newRetrier(opRefill, true)
 	for {
 		_, added, err := e.refill(ctx, key, int64(e.cfg.PoolSize))
 		if err == nil {

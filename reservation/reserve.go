@@ -78,14 +78,22 @@ type part struct {
 	qty      int64
 }
 
-func (p ReserveParams) validate(maxLines int) error {
-	if p.ReservationID == "" || len(p.ReservationID) > 64 {
-		return fmt.Errorf("reservation: ReservationID must be 1 to 64 bytes, got %d", len(p.ReservationID))
+// validID checks an idempotency key: 1 to 64 printable ASCII bytes.
+func validID(name, id string) error {
+	if id == "" || len(id) > 64 {
+		return fmt.Errorf("reservation: %s must be 1 to 64 bytes, got %d", name, len(id))
 	}
-	for i := 0; i < len(p.ReservationID); i++ {
-		if c := p.ReservationID[i]; c < 0x20 || c > 0x7e {
-			return errors.New("reservation: ReservationID must be printable ASCII (use a UUID or an order number)")
+	for i := 0; i < len(id); i++ {
+		if c := id[i]; c < 0x20 || c > 0x7e {
+			return fmt.Errorf("reservation: %s must be printable ASCII (use a UUID or an order number)", name)
 		}
+	}
+	return nil
+}
+
+func (p ReserveParams) validate(maxLines int) error {
+	if err := validID("ReservationID", p.ReservationID); err != nil {
+		return err
 	}
 	if len(p.Lines) == 0 || len(p.Lines) > maxLines {
 		return fmt.Errorf("reservation: a cart needs 1 to %d lines (Config.MaxLines), got %d", maxLines, len(p.Lines))
@@ -128,17 +136,35 @@ func (e *Engine) reserve(ctx context.Context, p ReserveParams) (*Reservation, er
 	for i, l := range p.Lines {
 		parts[i] = part{line: i, key: ItemKey{p.ShopID, l.ItemID, l.GroupIDs[0]}, qty: l.Quantity}
 	}
-	r := e.newRetrier(opReserve)
+	r := e.newRetrier(opReserve, true)
+	token := newToken()
+	r.token = token
+	var sent *Reservation // what the attempt whose COMMIT reply was lost reserved
 	for {
-		start := time.Now()
-		short, err := e.reserveOnce(ctx, p, parts, ttl)
-		if err == nil && short == nil {
-			e.stats.reserves.Add(1)
-			for _, pt := range parts {
-				e.touch(pt.key, -pt.qty)
+		if r.doubt != nil {
+			mine, err := e.resolveReserve(ctx, r, p.ShopID, p.ReservationID, token)
+			if err == nil && mine {
+				return sent, nil
 			}
+			if err != nil {
+				if err = r.again(ctx, err); err != nil {
+					return nil, err
+				}
+				continue
+			}
+			// Not committed: try again (and if another call with this id
+			// made the reservation meanwhile, find it).
+		}
+		start := time.Now()
+		short, err := e.reserveOnce(ctx, r, p, parts, ttl, token)
+		if err == nil && short == nil {
 			return &Reservation{ShopID: p.ShopID, ID: p.ReservationID, State: StateHeld,
 				ExpiresAt: start.Add(ttl), Lines: heldLines(parts)}, nil
+		}
+		var d *inDoubtError
+		if errors.As(err, &d) {
+			sent = &Reservation{ShopID: p.ShopID, ID: p.ReservationID, State: StateHeld,
+				ExpiresAt: start.Add(ttl), Lines: heldLines(parts)}
 		}
 		if errors.Is(err, errDuplicate) {
 			return e.lookup(ctx, p.ShopID, p.ReservationID)
@@ -165,9 +191,42 @@ func (e *Engine) reserve(ctx context.Context, p ReserveParams) (*Reservation, er
 	}
 }
 
+// reserved records a committed reserve of parts.
+func (e *Engine) reserved(parts []part) {
+	e.stats.reserves.Add(1)
+	for _, pt := range parts {
+		e.touch(pt.key, -pt.qty)
+	}
+}
+
+// resolveReserve learns whether this call's attempt whose COMMIT reply was
+// lost committed: the locking read of its reservation row waits for that
+// transaction to end on the server, then the row's token says whose it is.
+func (e *Engine) resolveReserve(ctx context.Context, r *retrier, shopID uint64, id string, token uint64) (bool, error) {
+	tx, err := e.begin(ctx)
+	if err != nil {
+		return false, err
+	}
+	defer tx.Rollback()
+	var got uint64
+	err = tx.QueryRowContext(ctx, lockReserveToken, shopID, id).Scan(&got)
+	if errors.Is(err, sql.ErrNoRows) {
+		r.resolved(false)
+		return false, nil
+	}
+	if err != nil {
+		return false, classify(err)
+	}
+	r.resolved(got == token)
+	if got != token {
+		e.settle(got)
+	}
+	return got == token, nil
+}
+
 // reserveOnce is one attempt. It returns the shortfall per part when a
 // unit fetch came back short (and rolls back), or nil.
-func (e *Engine) reserveOnce(ctx context.Context, p ReserveParams, parts []part, ttl time.Duration) ([]int64, error) {
+func (e *Engine) reserveOnce(ctx context.Context, r *retrier, p ReserveParams, parts []part, ttl time.Duration, token uint64) ([]int64, error) {
 	tx, err := e.begin(ctx)
 	if err != nil {
 		return nil, err
@@ -184,7 +243,7 @@ func (e *Engine) reserveOnce(ctx context.Context, p ReserveParams, parts []part,
 			return short, err
 		}
 	}
-	if _, err := tx.ExecContext(ctx, insertReservation, p.ShopID, p.ReservationID, ttl.Microseconds()); err != nil {
+	if _, err := tx.ExecContext(ctx, insertReservation, p.ShopID, p.ReservationID, ttl.Microseconds(), token); err != nil {
 		return nil, classify(err)
 	}
 	if err := insertHeld(ctx, tx, p.ShopID, p.ReservationID, heldLines(parts)); err != nil {
@@ -202,7 +261,7 @@ func (e *Engine) reserveOnce(ctx context.Context, p ReserveParams, parts []part,
 			return nil, fmt.Errorf("InTx: %w", err)
 		}
 	}
-	return nil, classify(tx.Commit())
+	return nil, r.commit(ctx, tx, func() { e.reserved(parts) })
 }
 
 // takeUnits locks and deletes the units of every part, fetching them for all
@@ -425,18 +484,22 @@ func insertHeld(ctx context.Context, tx *sql.Tx, shopID uint64, id string, lines
 	return classify(err)
 }
 
-// lookup returns a stored reservation, for retries of a reserve.
+// lookup returns a stored reservation, for retries of a reserve. When an
+// earlier call of this engine made it but could not learn so, it is
+// counted now.
 func (e *Engine) lookup(ctx context.Context, shopID uint64, id string) (*Reservation, error) {
 	res := &Reservation{ShopID: shopID, ID: id}
 	var state string
 	var expires float64 // UNIX_TIMESTAMP: no need for parseTime in the caller's DSN
-	err := e.db.QueryRowContext(ctx, selectReservation, shopID, id).Scan(&state, &expires)
+	var token uint64
+	err := e.db.QueryRowContext(ctx, selectReservation, shopID, id).Scan(&state, &expires, &token)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, ErrNotFound
 	}
 	if err != nil {
 		return nil, classify(err)
 	}
+	e.settle(token)
 	res.State = State(state)
 	res.ExpiresAt = time.UnixMicro(int64(expires * 1e6))
 	rows, err := e.db.QueryContext(ctx, selectReserved, shopID, id)

@@ -109,9 +109,11 @@ func TestFlashSaleInvariants(t *testing.T) {
 }
 
 // TestKilledConnections kills the engine's connections server-side while a
-// sale runs. Every operation is retried (idempotent by reservation id), and
-// the books still balance. A sale in which no kill landed proves nothing, so
-// the sale is repeated (on fresh stock) until one has, a few times at most.
+// sale runs and a clerk writes stock off through the same pool. Every
+// operation is retried (idempotent by reservation id and AdjustmentID), and
+// the books still balance: every write-off the clerk was told applied is in
+// the ledger once. A sale in which no kill landed proves nothing, so the
+// sale is repeated (on fresh stock) until one has, a few times at most.
 func TestKilledConnections(t *testing.T) {
 	d := testenv.NewDatabase(t)
 	db := d.Open(t)
@@ -123,8 +125,8 @@ func TestKilledConnections(t *testing.T) {
 	if err := e.Migrate(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	// Stock arrives between sales through a pool nobody kills: Receive
-	// is not idempotent, so it is not retried.
+	// Stock arrives between sales through a pool nobody kills, so that a
+	// sale starts from a known stock.
 	stock, err := New(d.Open(t), Config{})
 	if err != nil {
 		t.Fatal(err)
@@ -132,6 +134,7 @@ func TestKilledConnections(t *testing.T) {
 	key := ItemKey{1, 7, 1}
 	admin := testenv.Shared(t).Admin()
 	var kills atomic.Int64
+	var received int64 // stocked, less what the clerk wrote off
 	killer := func() (stop func()) {
 		ctx, cancel := context.WithCancel(t.Context())
 		done := make(chan struct{})
@@ -150,12 +153,51 @@ func TestKilledConnections(t *testing.T) {
 		}()
 		return func() { cancel(); <-done }
 	}
-	var received, claimed int64
+	// clerk writes off a unit at a time, with an id, until stopped; it
+	// returns the units written off per Adjust.
+	clerk := func(sale int) (stop func() int64) {
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan int64)
+		go func() {
+			var off int64
+			for i := 0; ctx.Err() == nil; i++ {
+				id := fmt.Sprintf("writeoff-%d-%d", sale, i)
+				err := e.Adjust(ctx, StockParams{ItemKey: key, Quantity: -1, AdjustmentID: id})
+				for errors.Is(err, ErrOutcomeUnknown) && ctx.Err() == nil { // the same id: safe
+					err = e.Adjust(ctx, StockParams{ItemKey: key, Quantity: -1, AdjustmentID: id})
+				}
+				switch {
+				case err == nil:
+					off++
+				case errors.Is(err, ErrInsufficientStock), ctx.Err() != nil:
+				default:
+					t.Errorf("write-off: %v", err)
+				}
+				for errors.Is(err, ErrOutcomeUnknown) { // stopped before it knew: ask until it does
+					err = e.Adjust(t.Context(), StockParams{ItemKey: key, Quantity: -1, AdjustmentID: id})
+					if err == nil {
+						off++
+					}
+				}
+				select {
+				case <-ctx.Done():
+				case <-time.After(5 * time.Millisecond):
+				}
+			}
+			done <- off
+		}()
+		return func() int64 { cancel(); return <-done }
+	}
+	var claimed, writtenOff int64
 	for sales := 1; ; sales++ {
 		receive(t, stock, key, 120)
 		received += 120
 		stop := killer()
+		writeOff := clerk(sales)
 		claimed += sale(t, e, key, 8, 0.2)
+		off := writeOff()
+		received -= off
+		writtenOff += off
 		stop()
 		if kills.Load() > 0 {
 			break
@@ -171,7 +213,7 @@ func TestKilledConnections(t *testing.T) {
 	if a.claimed != received {
 		t.Errorf("undersold under kills: %d of %d sold (%+v)", a.claimed, received, a)
 	}
-	t.Logf("killed %d connections mid-statement; retries %d", kills.Load(), e.Stats().Retries)
+	t.Logf("killed %d connections mid-statement; %d units written off; retries %d", kills.Load(), writtenOff, e.Stats().Retries)
 }
 
 // TestRefillRacesReserve starts many reserves on an empty pool at once:

@@ -43,8 +43,11 @@ type Tags struct {
 type Config struct {
 	// Strategy is how Reserve takes units. Default StrategySkipLocked.
 	Strategy Strategy
-	// PoolSize bounds the available unit rows per item/location group that
-	// a refill tops up to. Default 1,000.
+	// PoolSize bounds the available unit rows per item/location group:
+	// refills top a pool up to it, and releases and expiries return units
+	// to a pool only as far as it has room (the rest stay sellable in the
+	// ledger). Only a cart line larger than PoolSize takes a pool beyond
+	// it, until that line is reserved. Default 1,000.
 	PoolSize int
 	// TTL is the hold time of a reservation whose ReserveParams.TTL is zero.
 	// Default 15 minutes.
@@ -74,9 +77,11 @@ type Config struct {
 	ExpiryBatch int
 	// Retention is how long a reservation row is kept after its hold ended
 	// (claimed, released or expired) and after its expiry time, so that a
-	// retry with the same reservation id gets the same answer. Run deletes
-	// older rows; a retry after that gets ErrNotFound from Claim and
-	// Release, and a new reservation from Reserve. Default 24 hours.
+	// retry with the same reservation id gets the same answer, and how long
+	// a stock change's AdjustmentID is remembered. Run deletes older rows; a
+	// retry after that gets ErrNotFound from Claim and Release, a new
+	// reservation from Reserve, and a stock change applied again. Default
+	// 24 hours.
 	Retention time.Duration
 	// PruneInterval is how often Run deletes ended reservations older than
 	// Retention. Default 1 minute.

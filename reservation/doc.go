@@ -8,20 +8,38 @@
 //	engine, err := reservation.New(db, reservation.Config{MeterProvider: mp})
 //	err = engine.Migrate(ctx)
 //	go engine.Run(ctx) // background refill and expiry
+//	err = engine.Receive(ctx, reservation.StockParams{ItemKey: key, Quantity: 500, AdjustmentID: deliveryID})
 //	res, err := engine.Reserve(ctx, reservation.ReserveParams{ShopID: 1, ReservationID: orderID, Lines: lines})
 //	err = engine.Claim(ctx, 1, orderID) // after payment
+//
+// Every call is safe to repeat with the same id after any error (see Errors
+// and retries).
 //
 // # Tables
 //
 // The ledger (inventory_ledger) is the source of truth per shop, item and
 // location group: on_hand (stocked, not sold) and claimed (sold). The pool
-// (inventory_reservation_units) holds at most Config.PoolSize available
-// unit rows per item/group, primary key (shop_id, inventory_item_id,
-// inventory_group_id, id), so a locking read of N units takes N record
-// locks. Holds are inventory_reservations (one row per reservation id, the
-// row claims, releases and the sweeper lock) and
-// inventory_reserved_quantities (what each holds). Every unit is exactly one
-// of: ledger-only (on_hand - pooled - held), pooled, held or claimed.
+// (inventory_reservation_units) holds available unit rows per item/group,
+// primary key (shop_id, inventory_item_id, inventory_group_id, id), so a
+// locking read of N units takes N record locks. Holds are
+// inventory_reservations (one row per reservation id, the row claims,
+// releases and the sweeper lock) and inventory_reserved_quantities (what
+// each holds). Every unit is exactly one of: ledger-only (on_hand - pooled -
+// held), pooled, held or claimed. inventory_adjustments records every stock
+// change, inventory_receipts the refills and pruning batches (see Errors
+// and retries), and inventory_pools has one row per pool, its lock.
+//
+// # Pool bound
+//
+// A pool holds at most Config.PoolSize units. Refills, releases and
+// expiries add units to it, and each first locks the pool's row and counts
+// it: a refill tops it up to PoolSize, a release or expiry returns as many
+// units as fit and leaves the rest in the ledger (ledger-only: still
+// sellable, pooled by the next refill, which the refiller runs when the pool
+// falls below half). The one exception is a cart line larger than PoolSize:
+// its inline refill pools what the line needs, and the pool exceeds
+// PoolSize until that reserve takes them. Reserves and negative Adjusts
+// only take units away.
 //
 // # Reserve
 //
@@ -55,7 +73,14 @@
 // READ COMMITTED an insert of a new auto-increment row takes no gap lock
 // and waits on no lock a reserve holds. So no transaction waits for a unit
 // while holding a lock another waits on, and units close no cycle.
-// Claims lock ledger rows in (item, group) order.
+// Claims lock ledger rows in (item, group) order. The pool rows
+// (inventory_pools) are the last lock a transaction takes, in (shop, item,
+// group) order, after the ledger row (refill) or the reservation rows
+// (release, expiry); a transaction that holds one waits for nothing but the
+// next pool row, so they close no cycle either. The pool count under that
+// lock is a subquery, which the locking read does not lock (on MySQL and
+// MariaDB a subquery's rows are locked only by a locking clause of its
+// own), so reserves keep taking units meanwhile.
 //
 // # Server settings
 //
@@ -74,7 +99,8 @@
 //
 // The database clock decides, under the reservation's row lock: a claim that
 // locks a hold before expires_at wins; one at or after expires_at returns
-// ErrExpired (and expires the hold itself if the sweeper has not). The
+// ErrExpired (and expires the hold itself if the sweeper has not, counted
+// as an expiry). The
 // sweeper (ExpireDue, run by Run) selects due holds with SKIP LOCKED, so it
 // never waits for a claim, and finds the hold claimed afterwards.
 //
@@ -93,9 +119,35 @@
 // Deadlocks (1213), lock wait timeouts (1205), lost or killed connections
 // and contention are retried with jittered backoff within
 // Config.RetryBudget, then returned as a *RetryableError matching
-// ErrRetryable. Every operation is idempotent by reservation id, so a retry
-// after a connection lost during COMMIT is safe: Reserve returns the
-// reservation made, Claim returns nil.
+// ErrRetryable: nothing was changed, and calling again is safe.
+//
+// A connection lost while COMMIT was in flight (or ctx ending then) leaves
+// the outcome unknown: the server may have committed and the reply been
+// lost, or never seen the COMMIT. Every write records a random token of
+// its operation in a row it writes (the reservation row for Reserve,
+// Claim, Release and expiries; the change's row in inventory_adjustments
+// for Receive and Adjust; a row in inventory_receipts for refills and
+// pruning batches). The retry locks what the lost attempt locked, which
+// waits until that transaction has ended on the server, and reads the
+// token: the engine then knows, and every write takes effect exactly once.
+// Each operation returns what happened: Reserve the reservation, Claim nil
+// (or ErrExpired when it expired the hold), Release nil, ExpireDue and
+// PruneEnded the rows they changed, Refill the units it pooled, Receive and
+// Adjust nil. Stats and the metrics count what committed, including a write
+// whose reply was lost.
+//
+// When the database stays unreachable through Config.RetryBudget (or ctx
+// ends) while an outcome is unknown, the call returns an
+// *OutcomeUnknownError matching ErrOutcomeUnknown, counted in the metric
+// holdtime.reservation.operations with outcome=unknown. Calling again with
+// the same arguments is then safe for Reserve, Claim and Release (same
+// reservation id) and for Receive and Adjust with a StockParams.AdjustmentID:
+// the error also matches ErrRetryable, and the retry returns the outcome
+// without applying anything twice (and, on the same engine, counts the
+// first call's write in Stats then). Receive and Adjust without an
+// AdjustmentID cannot be told apart from a new change: their error does not
+// match ErrRetryable, and the ledger (Available) says whether it was
+// applied. Ids are remembered for Config.Retention.
 //
 // # Strategies
 //
@@ -111,7 +163,7 @@
 // attribute strategy. Names, and their Prometheus form through the OpenTelemetry
 // Prometheus exporter:
 //
-//	holdtime.reservation.operations            holdtime_reservation_operations_total           counter; operation=reserve|claim|release, outcome=ok|insufficient_stock|not_found|expired|conflict|retryable|canceled|error
+//	holdtime.reservation.operations            holdtime_reservation_operations_total           counter; operation=reserve|claim|release, outcome=ok|insufficient_stock|not_found|expired|conflict|unknown|retryable|canceled|error
 //	holdtime.reservation.reserve.duration      holdtime_reservation_reserve_duration_seconds   histogram (s); operation, outcome
 //	holdtime.reservation.claim.duration        holdtime_reservation_claim_duration_seconds     histogram (s); operation, outcome
 //	holdtime.reservation.release.duration      holdtime_reservation_release_duration_seconds   histogram (s); operation, outcome
@@ -121,7 +173,7 @@
 //	holdtime.reservation.refills               holdtime_reservation_refills_total              counter; mode=inline|background: every refill run, whether it added units or not
 //	holdtime.reservation.refill.units          holdtime_reservation_refill_units_total         counter: units added to pools
 //	holdtime.reservation.refill.wait.duration  holdtime_reservation_refill_wait_duration_seconds histogram (s): reserve time spent in inline refill, lock wait included
-//	holdtime.reservation.expiries              holdtime_reservation_expiries_total             counter: holds expired
+//	holdtime.reservation.expiries              holdtime_reservation_expiries_total             counter: holds expired (by the sweeper, or by a claim that found them due)
 //	holdtime.reservation.pruned                holdtime_reservation_pruned_total               counter: ended reservation rows deleted after Config.Retention
 //	holdtime.reservation.pool.depth            holdtime_reservation_pool_depth                 gauge: pooled units of the working set, live (see below)
 //

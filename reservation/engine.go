@@ -112,7 +112,7 @@ type Stats struct {
 	Reserves     int64 // successful reserves
 	Claims       int64 // successful claims (first time)
 	Releases     int64
-	Expired      int64 // holds returned to the pool by expiry
+	Expired      int64 // holds ended by expiry (the sweeper, or a claim that found them due)
 	Retries      int64 // attempts repeated after a retryable error or contention
 	ShortReads   int64 // unit fetches that returned fewer units than asked
 	UnitsSkipped int64 // units asked for but not returned by those fetches

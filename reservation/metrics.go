@@ -78,7 +78,7 @@ func newMetrics(mp metric.MeterProvider, strategy Strategy, depth func() int64) 
 	m.refilled = counter("holdtime.reservation.refill.units", "{unit}", "Units added to pools by refills.")
 	m.refillWaits = histogram("holdtime.reservation.refill.wait.duration",
 		"Time a reserve spent in inline refill, waiting for the item's refill lock included.")
-	m.expiries = counter("holdtime.reservation.expiries", "{reservation}", "Holds returned to the pool because they expired.")
+	m.expiries = counter("holdtime.reservation.expiries", "{reservation}", "Holds ended because they expired, by the sweeper or by a claim that found them due.")
 	m.prunes = counter("holdtime.reservation.pruned", "{reservation}",
 		"Ended reservation rows deleted after Config.Retention.")
 	_, err := meter.Int64ObservableGauge("holdtime.reservation.pool.depth", metric.WithUnit("{unit}"),

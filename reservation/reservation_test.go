@@ -29,7 +29,7 @@ func setup(t *testing.T, cfg Config) (*Engine, *sql.DB) {
 	return e, db
 }
 
-func receive(t *testing.T, e *Engine, key ItemKey, n int64) {
+func receive(t testing.TB, e *Engine, key ItemKey, n int64) {
 	t.Helper()
 	if err := e.Receive(t.Context(), StockParams{ItemKey: key, Quantity: n}); err != nil {
 		t.Fatal(err)

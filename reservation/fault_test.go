@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -480,9 +479,7 @@ func TestPruneLostReply(t *testing.T) {
 // is lost exactly once, with or without an AdjustmentID, whether the reply
 // lost is the COMMIT's or the ledger write's.
 func TestReceiveLostReply(t *testing.T) {
-	ledgerWrite := func(c faultproxy.Command) bool {
-		return c.Code == faultproxy.ComQuery && strings.HasPrefix(c.Query, "INSERT INTO inventory_ledger")
-	}
+	ledgerWrite := faultproxy.StatementPrefix("INSERT INTO inventory_ledger")
 	for _, a := range faultActions {
 		for _, at := range []string{"COMMIT", "ledger write"} {
 			for _, id := range []string{"", "delivery"} {

@@ -63,6 +63,20 @@ func Statement(stmt string) func(Command) bool {
 	}
 }
 
+// StatementPrefix returns a Match that selects text statements that begin
+// with prefix, compared as Statement compares (case, white space and
+// leading comments ignored), such as "INSERT INTO inventory_ledger".
+func StatementPrefix(prefix string) func(Command) bool {
+	want := normalize(prefix)
+	return func(c Command) bool {
+		if c.Code != ComQuery {
+			return false
+		}
+		q := normalize(c.Query)
+		return len(q) >= len(want) && strings.EqualFold(q[:len(want)], want)
+	}
+}
+
 // normalize strips leading comments, white space and a trailing ';'.
 func normalize(q string) string {
 	for {

@@ -27,6 +27,25 @@ func TestStatement(t *testing.T) {
 	}
 }
 
+func TestStatementPrefix(t *testing.T) {
+	ledger := StatementPrefix("insert into inventory_ledger")
+	for _, tc := range []struct {
+		cmd  Command
+		want bool
+	}{
+		{Command{Code: ComQuery, Query: "INSERT INTO inventory_ledger (a) VALUES (1)"}, true},
+		{Command{Code: ComQuery, Query: "/* conn_tag:inventory_stock */ insert INTO inventory_ledger (a) VALUES (1)"}, true},
+		{Command{Code: ComQuery, Query: "INSERT INTO inventory_ledgers"}, true}, // a prefix is a prefix
+		{Command{Code: ComQuery, Query: "INSERT INTO inventory"}, false},
+		{Command{Code: ComQuery, Query: "UPDATE inventory_ledger SET a = 1"}, false},
+		{Command{Code: 0x17, Query: "INSERT INTO inventory_ledger"}, false},
+	} {
+		if got := ledger(tc.cmd); got != tc.want {
+			t.Errorf("StatementPrefix(%+v) = %v, want %v", tc.cmd, got, tc.want)
+		}
+	}
+}
+
 // greeting builds a HandshakeV10 packet with the given capabilities.
 func greeting(connID uint32, caps uint32) []byte {
 	var p bytes.Buffer
@@ -110,5 +129,6 @@ func FuzzPackets(f *testing.F) {
 		}
 		normalize(string(frame))
 		Statement("COMMIT")(Command{Code: ComQuery, Query: string(frame)})
+		StatementPrefix("Ä")(Command{Code: ComQuery, Query: string(frame)})
 	})
 }

@@ -107,11 +107,16 @@ func New(db *sql.DB, cfg Config) (*Engine, error) {
 func (e *Engine) Config() Config { return e.cfg }
 
 // Stats are the engine's cumulative counters since New, for harnesses and
-// tests; the same figures are exported as metrics.
+// tests; the same figures are exported as metrics. Reserves, Claims,
+// Releases, Expired and RefilledUnits count what this engine committed,
+// each once: a write whose COMMIT reply was lost counts when the engine
+// finds it committed (see Errors and retries in the package doc); a
+// repeated call that finds the work done by an earlier call does not count
+// again.
 type Stats struct {
-	Reserves     int64 // successful reserves
-	Claims       int64 // successful claims (first time)
-	Releases     int64
+	Reserves     int64 // reservations made
+	Claims       int64 // reservations claimed
+	Releases     int64 // reservations released
 	Expired      int64 // holds ended by expiry (the sweeper, or a claim that found them due)
 	Retries      int64 // attempts repeated after a retryable error or contention
 	ShortReads   int64 // unit fetches that returned fewer units than asked

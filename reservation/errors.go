@@ -75,14 +75,14 @@ func (e *retryableSentinel) Is(target error) bool { return target == ErrRetryabl
 // errors until Config.RetryBudget ran out. It matches ErrRetryable and
 // unwraps to the last error.
 type RetryableError struct {
-	Op       string // "reserve", "claim", "release", "refill", "expire"
+	Op       string // "reserve", "claim", "release", "receive", "adjust", "refill", "expire", "prune"
 	Attempts int
 	Err      error
 }
 
 func (e *RetryableError) Error() string {
 	return fmt.Sprintf("reservation: %s gave up after %d attempts within Config.RetryBudget: %v "+
-		"(retry later with the same reservation id, or raise Config.RetryBudget)", e.Op, e.Attempts, e.Err)
+		"(call again later with the same reservation id or AdjustmentID, or raise Config.RetryBudget)", e.Op, e.Attempts, e.Err)
 }
 
 func (e *RetryableError) Unwrap() error        { return e.Err }

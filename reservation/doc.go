@@ -147,7 +147,9 @@
 // first call's write in Stats then). Receive and Adjust without an
 // AdjustmentID cannot be told apart from a new change: their error does not
 // match ErrRetryable, and the ledger (Available) says whether it was
-// applied. Ids are remembered for Config.Retention.
+// applied. Ids are remembered for Config.Retention. The background work
+// (ExpireDue, Refill, PruneEnded) is safe to run again, but nothing finds
+// a write of theirs whose outcome stayed unknown: the counters miss it.
 //
 // # Strategies
 //

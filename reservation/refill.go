@@ -112,7 +112,7 @@ func (e *Engine) refillOnce(ctx context.Context, r *retrier, key ItemKey, need i
 		return st, 0, err
 	}
 	if !st.found {
-		r.resolved(false) // a refill that committed left its ledger row
+		r.resolved(false) // no ledger row: no refill can have committed
 		return st, 0, nil
 	}
 	if r.doubt != nil {

@@ -77,7 +77,7 @@ func (c *Collector) serveTop(w http.ResponseWriter, r *http.Request) {
 	}
 	d, ok := topWindows[win]
 	if !ok {
-		http.Error(w, `window must be one of 10s, 1m, 5m`, http.StatusBadRequest)
+		writeJSONError(w, http.StatusBadRequest, "window must be one of 10s, 1m, 5m")
 		return
 	}
 	key := q.Get("sort")
@@ -85,14 +85,14 @@ func (c *Collector) serveTop(w http.ResponseWriter, r *http.Request) {
 		key = "occupancy"
 	}
 	if !slices.Contains(TopSortKeys, key) {
-		http.Error(w, "sort must be one of "+strings.Join(TopSortKeys, ", "), http.StatusBadRequest)
+		writeJSONError(w, http.StatusBadRequest, "sort must be one of "+strings.Join(TopSortKeys, ", "))
 		return
 	}
 	limit := 0
 	if l := q.Get("limit"); l != "" {
 		n, err := strconv.Atoi(l)
 		if err != nil || n < 0 {
-			http.Error(w, "limit must be a non-negative integer", http.StatusBadRequest)
+			writeJSONError(w, http.StatusBadRequest, "limit must be a non-negative integer")
 			return
 		}
 		limit = n
@@ -124,6 +124,31 @@ func (c *Collector) serveTop(w http.ResponseWriter, r *http.Request) {
 	if limit > 0 && len(out) > limit {
 		out = out[:limit]
 	}
+	writeJSON(w, TopResponse{Window: win, Sort: key, At: time.Now().UTC(), Rows: out, Sources: c.Sources()})
+}
+
+// writeJSON encodes v whole before writing anything, so that a value that
+// cannot be encoded (a NaN) becomes a 500 with a JSON error, never a 200
+// with an empty or cut body.
+func writeJSON(w http.ResponseWriter, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		writeJSONError(w, http.StatusInternalServerError, "encode the answer: "+err.Error()+": this is a bug, please report it")
+		return
+	}
 	w.Header().Set("Content-Type", "application/json")
-	json.NewEncoder(w).Encode(TopResponse{Window: win, Sort: key, At: time.Now().UTC(), Rows: out, Sources: c.Sources()})
+	w.Write(append(b, '\n'))
+}
+
+// apiError is the body of every error of the JSON API.
+type apiError struct {
+	Error string `json:"error"`
+}
+
+func writeJSONError(w http.ResponseWriter, code int, msg string) {
+	b, _ := json.Marshal(apiError{Error: msg}) // a string always encodes
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(code)
+	w.Write(append(b, '\n'))
 }

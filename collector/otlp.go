@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"mime"
 	"net/http"
 	"time"
@@ -123,12 +124,18 @@ func (o *otlpReceiver) ingest(req *coltrace.ExportTraceServiceRequest) int64 {
 	return rejected
 }
 
+// maxHoldSeconds bounds one hold span: longer is a broken clock or a
+// broken exporter, not a borrow.
+const maxHoldSeconds = 7 * 24 * 3600
+
 // span handles one span; it returns false for a conntag span it had to skip.
+// A span is checked whole before anything of it is added: a rejected span
+// leaves no trace but the malformed count.
 func (o *otlpReceiver) span(sp *tracepb.Span, batch map[string]*tagDelta, now time.Time) bool {
 	var tag, op string
 	var active, idle float64
 	var session int64
-	var haveActive, haveIdle, haveTag bool
+	var haveActive, haveIdle, haveTag, ok bool
 	for _, kv := range sp.GetAttributes() {
 		v := kv.GetValue()
 		switch kv.GetKey() {
@@ -137,12 +144,19 @@ func (o *otlpReceiver) span(sp *tracepb.Span, batch map[string]*tagDelta, now ti
 		case attrOperationName:
 			op = v.GetStringValue()
 		case attrActiveSeconds:
-			active, haveActive = number(v)
+			if active, ok = seconds64(v); !ok {
+				return !isHoldCandidate(sp)
+			}
+			haveActive = true
 		case attrIdleSeconds:
-			idle, haveIdle = number(v)
+			if idle, ok = seconds64(v); !ok {
+				return !isHoldCandidate(sp)
+			}
+			haveIdle = true
 		case attrSessionID:
-			n, _ := number(v)
-			session = int64(n)
+			if session, ok = sessionID(v); !ok {
+				return !isHoldCandidate(sp)
+			}
 		}
 	}
 	if !haveTag {
@@ -150,6 +164,39 @@ func (o *otlpReceiver) span(sp *tracepb.Span, batch map[string]*tagDelta, now ti
 	}
 	if tag == "" || len(tag) > MaxTagLen {
 		return false
+	}
+	var f figures
+	start, end := sp.GetStartTimeUnixNano(), sp.GetEndTimeUnixNano()
+	if sp.GetName() != spanHold {
+		if op == "" {
+			return true
+		}
+		f.stmts = 1
+		if sp.GetStatus().GetCode() == tracepb.Status_STATUS_CODE_ERROR {
+			f.errors = 1
+		}
+	} else {
+		// The times bound the session hint even when active and idle
+		// give the hold: a span from 1970 would name every pending run.
+		if start == 0 || end < start || end > math.MaxInt64 || end-start > maxHoldSeconds*1e9 {
+			return false
+		}
+		hold := float64(end-start) / 1e9
+		if haveActive && haveIdle {
+			hold = active + idle
+		}
+		if !(hold >= 0 && hold <= maxHoldSeconds) {
+			return false
+		}
+		f.hold = hold
+		switch {
+		case haveActive:
+			f.active = min(active, hold)
+			f.idle = hold - f.active
+		case haveIdle:
+			f.idle = min(idle, hold)
+			f.active = hold - f.idle
+		}
 	}
 	d := batch[tag]
 	if d == nil {
@@ -161,35 +208,47 @@ func (o *otlpReceiver) span(sp *tracepb.Span, batch map[string]*tagDelta, now ti
 			batch[tag] = d
 		}
 	}
-	if sp.GetName() != spanHold {
-		if op == "" {
-			return true
-		}
-		d.stmts++
-		if sp.GetStatus().GetCode() == tracepb.Status_STATUS_CODE_ERROR {
-			d.errors++
-		}
-		return true
-	}
-	start, end := sp.GetStartTimeUnixNano(), sp.GetEndTimeUnixNano()
-	hold := float64(end-start) / 1e9
-	if haveActive && haveIdle {
-		hold = active + idle
-	}
-	if end < start || hold < 0 || hold > 7*24*3600 || active < 0 || idle < 0 {
-		return false
-	}
-	d.hold += hold
-	if haveActive {
-		d.active += active
-		d.idle += hold - min(active, hold)
-	}
-	if session > 0 {
+	d.add(&f)
+	if session > 0 && sp.GetName() == spanHold {
 		for _, p := range o.c.proxies {
 			p.sessions.hint(session, sessionHint{tag: tag, start: time.Unix(0, int64(start)), end: time.Unix(0, int64(end)), received: now})
 		}
 	}
 	return true
+}
+
+// isHoldCandidate says whether a span with a bad holdtime attribute is
+// conntag's, and so counts as rejected; others are not the receiver's
+// business.
+func isHoldCandidate(sp *tracepb.Span) bool {
+	for _, kv := range sp.GetAttributes() {
+		if kv.GetKey() == attrConnTag {
+			return true
+		}
+	}
+	return false
+}
+
+// seconds64 reads a duration attribute in seconds: finite, not negative,
+// at most maxHoldSeconds.
+func seconds64(v *commonpb.AnyValue) (float64, bool) {
+	x, ok := number(v)
+	return x, ok && x >= 0 && x <= maxHoldSeconds // false for NaN too
+}
+
+// sessionID reads holdtime.session_id: a non-negative integer (conntag
+// writes an int; a double must be a whole number an int64 holds).
+func sessionID(v *commonpb.AnyValue) (int64, bool) {
+	switch x := v.GetValue().(type) {
+	case *commonpb.AnyValue_IntValue:
+		return x.IntValue, x.IntValue >= 0
+	case *commonpb.AnyValue_DoubleValue:
+		d := x.DoubleValue
+		if d >= 0 && d < 1<<63 && d == math.Trunc(d) {
+			return int64(d), true
+		}
+	}
+	return 0, false
 }
 
 // number reads a numeric attribute, whatever numeric type the exporter

@@ -1,6 +1,7 @@
 package collector
 
 import (
+	"math"
 	"sort"
 	"strings"
 	"sync"
@@ -33,6 +34,17 @@ var headlinePriority = [...]Source{SourceProxySQLEvents, SourceProxySQLProcessli
 // sampled holds are fractions of a sample interval.
 type figures struct {
 	hold, idle, active, stmts, errors float64
+}
+
+// sane reports whether every figure is finite and not negative: what a
+// counter may be moved by. NaN fails every comparison, so it fails here.
+func (f *figures) sane() bool {
+	for _, v := range [...]float64{f.hold, f.idle, f.active, f.stmts, f.errors} {
+		if !(v >= 0 && v <= math.MaxFloat64) {
+			return false
+		}
+	}
+	return true
 }
 
 func (f *figures) add(g *figures) {
@@ -209,7 +221,10 @@ type tagDelta struct {
 	pinnedSecs map[string]float64
 }
 
-// add adds a batch of per-tag figures at the collector's current time.
+// add adds a batch of per-tag figures at the collector's current time. A
+// delta that would move a counter backwards or make it NaN is dropped and
+// counted as malformed: sources validate their input, this is the last
+// line that keeps every counter monotonic and finite.
 func (s *store) add(target string, source Source, batch map[string]*tagDelta) {
 	if len(batch) == 0 {
 		return
@@ -219,6 +234,13 @@ func (s *store) add(target string, source Source, batch map[string]*tagDelta) {
 	sec := s.now().Unix()
 	sr := s.get(target, source)
 	for tag, d := range batch {
+		if !d.sane() || !saneSeconds(d.pinnedSecs) {
+			sr.malformed++
+			continue
+		}
+		if d.figures == (figures{}) && len(d.pinnedSecs) == 0 {
+			continue // nothing to add: no series for it
+		}
 		e := s.entryFor(sr, tag)
 		e.addAt(sec, &d.figures)
 		for reason, v := range d.pinnedSecs {
@@ -236,7 +258,20 @@ func (s *store) addOne(target string, source Source, tag string, f *figures) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	sr := s.get(target, source)
+	if !f.sane() {
+		sr.malformed++
+		return
+	}
 	s.entryFor(sr, tag).addAt(s.now().Unix(), f)
+}
+
+func saneSeconds(m map[string]float64) bool {
+	for _, v := range m {
+		if !(v >= 0 && v <= math.MaxFloat64) {
+			return false
+		}
+	}
+	return true
 }
 
 // capTag maps tag to the name the store would keep it under, counting an

@@ -34,7 +34,10 @@
 // ends; Top(window) ranks tags by occupancy; Handler serves /metrics,
 // /api/v1/top, /healthz, /readyz and (OTLP on) /v1/traces. `holdtime
 // collect` is a thin front end; `holdtime top` and the demo can use the same
-// API in-process.
+// API in-process. /api/v1/top answers a whole JSON document or a JSON
+// error ({"error": "..."}, 400 or 500), never a partial 200. No counter
+// ever goes backwards or becomes NaN: a figure that would is dropped and
+// counted in holdtime_collector_malformed_rows_total.
 //
 // Sources, each optional, each on its own interval, each marked down on
 // failure (its gauges disappear: stale, never zero) and retried with
@@ -93,10 +96,17 @@
 //     100 ms (a session idle since its COMMIT is not counted as holding).
 //   - OTLP/HTTP (Config.OTLP): conntag's db.connection.hold spans (hold,
 //     active, idle per tag, app side) and statement spans (statements,
-//     errors), protobuf or JSON, source "otlp", target OTLPConfig.Target.
+//     errors), protobuf or JSON, plain or gzip (other Content-Encodings
+//     get 415), source "otlp", target OTLPConfig.Target. A span is checked
+//     whole before any of it counts: active and idle seconds finite, not
+//     negative, at most 7 days (active above the hold is capped at it),
+//     times ordered and at most 7 days apart, a session id a non-negative
+//     integer. A span that fails is rejected (partial success), counted as
+//     malformed, and leaves no series behind.
 //
 // Memory: per (target, source) at most Config.MaxTags tags (further ones go
-// to OverflowTag, counted), about 3 KiB each for the 10 s/1 m/5 m windows;
+// to OverflowTag, counted once per observation: span, hold, sampled row),
+// about 3 KiB each for the 10 s/1 m/5 m windows;
 // session state follows live sessions. The events log and processlist
 // attribution keep at most 10,000 distinct tag strings; in the events log,
 // further tags go to OverflowTag, counted in the overflow total.

@@ -54,7 +54,7 @@ func newMetricsCollector(s *store) *metricsCollector {
 
 		up:          d("holdtime_source_up", "1 when the source's last poll succeeded, 0 when it is down (its gauges are then absent, not zero).", srcLabels, nil),
 		lastSuccess: d("holdtime_source_last_success_timestamp_seconds", "Unix time of the source's last successful poll.", srcLabels, nil),
-		overflow:    d("holdtime_collector_tags_overflow_total", "Observations whose tag went to conn_tag=\"overflow\" because the source had reached the cap on distinct tags.", srcLabels, nil),
+		overflow:    d("holdtime_collector_tags_overflow_total", "Observations (app spans, events log holds, sampled rows, polls' per-tag figures) whose tag went to conn_tag=\"overflow\" because the source had reached the cap on distinct tags.", srcLabels, nil),
 		bad:         d("holdtime_collector_malformed_rows_total", "Rows and lines counted and skipped because they could not be parsed.", srcLabels, nil),
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"math"
 	"mime"
 	"net/http"
+	"strings"
 	"time"
 
 	coltrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
@@ -56,7 +57,16 @@ func (o *otlpReceiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var body io.Reader = http.MaxBytesReader(w, r.Body, o.maxBody)
-	if r.Header.Get("Content-Encoding") == "gzip" {
+	enc := strings.ToLower(strings.TrimSpace(r.Header.Get("Content-Encoding")))
+	switch enc {
+	case "", "identity", "gzip":
+	default:
+		// Decoding it as plain would count the exporter's batches as
+		// garbage; 415 tells it what to send instead.
+		http.Error(w, "Content-Encoding must be gzip or identity (none)", http.StatusUnsupportedMediaType)
+		return
+	}
+	if enc == "gzip" {
 		zr, err := gzip.NewReader(body)
 		if err != nil {
 			o.bad(w, "gzip body: "+err.Error())
@@ -113,6 +123,12 @@ func (o *otlpReceiver) ingest(req *coltrace.ExportTraceServiceRequest) int64 {
 	for _, rs := range req.GetResourceSpans() {
 		for _, ss := range rs.GetScopeSpans() {
 			for _, sp := range ss.GetSpans() {
+				if len(batch) >= o.c.cfg.MaxTags {
+					// Bound the batch's memory; the store decides what
+					// overflows, span by span.
+					o.c.st.add(o.target, SourceOTLP, batch)
+					clear(batch)
+				}
 				if !o.span(sp, batch, now) {
 					rejected++
 				}
@@ -200,15 +216,11 @@ func (o *otlpReceiver) span(sp *tracepb.Span, batch map[string]*tagDelta, now ti
 	}
 	d := batch[tag]
 	if d == nil {
-		if len(batch) >= o.c.cfg.MaxTags {
-			tag = OverflowTag // the store caps too; this bounds the batch
-		}
-		if d = batch[tag]; d == nil {
-			d = &tagDelta{}
-			batch[tag] = d
-		}
+		d = &tagDelta{}
+		batch[tag] = d
 	}
 	d.add(&f)
+	d.obs++
 	if session > 0 && sp.GetName() == spanHold {
 		for _, p := range o.c.proxies {
 			p.sessions.hint(session, sessionHint{tag: tag, start: time.Unix(0, int64(start)), end: time.Unix(0, int64(end)), received: now})

@@ -2,6 +2,8 @@ package collector
 
 import (
 	"bytes"
+	"compress/flate"
+	"compress/gzip"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -219,7 +221,7 @@ func TestTopNeverWritesPartial200(t *testing.T) {
 	c.st.addOne("app", SourceOTLP, "ok", &figures{hold: 1})
 	// Values no source can add any more: the handler must cope anyway.
 	c.st.mu.Lock()
-	e := c.st.entryFor(c.st.get("app", SourceOTLP), "poisoned")
+	e := c.st.entryFor(c.st.get("app", SourceOTLP), "poisoned", 1)
 	e.addAt(c.st.now().Unix(), &figures{hold: math.NaN()})
 	c.st.mu.Unlock()
 	w := httptest.NewRecorder()
@@ -235,4 +237,125 @@ func TestTopNeverWritesPartial200(t *testing.T) {
 		t.Errorf("Content-Type %q", ct)
 	}
 	fmt.Fprintln(io.Discard, doc.Error)
+}
+
+// TestOTLPOverflowCountsSpans: past MaxTags, every span whose tag goes to
+// the overflow tag counts once, however the spans are batched, and tags the
+// store keeps get all their spans.
+func TestOTLPOverflowCountsSpans(t *testing.T) {
+	c, err := New(Config{OTLP: OTLPConfig{Enabled: true}, MaxTags: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := c.Handler()
+	request := func(tags []int, per int) *coltrace.ExportTraceServiceRequest {
+		var spans []*tracepb.Span
+		for _, i := range tags {
+			for range per {
+				start, end, attrs := validHold(fmt.Sprintf("tag%02d", i))
+				spans = append(spans, span(spanHold, start, end, attrs...))
+			}
+		}
+		return exportRequest(spans...)
+	}
+	var up, down []int
+	for i := 1; i <= 15; i++ {
+		up = append(up, i)
+		down = append([]int{i}, down...)
+	}
+	post(t, h, request(up, 3), "protobuf")   // tags 11-15 overflow: 15 spans
+	post(t, h, request(down, 2), "protobuf") // tags 11-15 again: 10 spans
+	sr := c.st.series[seriesKey{"app", SourceOTLP}]
+	if sr.overflow != 25 {
+		t.Errorf("overflow counted %v, want 25 (one per span)", sr.overflow)
+	}
+	for i := 1; i <= 10; i++ {
+		if e := sr.tags[fmt.Sprintf("tag%02d", i)]; e == nil {
+			t.Errorf("tag%02d: kept %v, want 5 spans of 1 s", i, e != nil)
+		} else if e.total.hold != 5 {
+			t.Errorf("tag%02d: %+v, want 5 spans of 1 s", i, e.total)
+		}
+	}
+	if e := sr.tags[OverflowTag]; e == nil {
+		t.Errorf("overflow tag: kept %v, want 25 s", e != nil)
+	} else if e.total.hold != 25 {
+		t.Errorf("overflow tag: %+v, want 25 s", e.total)
+	}
+}
+
+// TestOTLPActiveCappedAtHold: a hold span claiming more active time than
+// it lasted counts its hold as active, no more, and no negative idle.
+func TestOTLPActiveCappedAtHold(t *testing.T) {
+	c, _ := New(Config{OTLP: OTLPConfig{Enabled: true}})
+	end := uint64(time.Now().UnixNano())
+	post(t, c.Handler(), exportRequest(span(spanHold, end-1e9, end, str(attrConnTag, "a"), dbl(attrActiveSeconds, 5))), "protobuf")
+	post(t, c.Handler(), exportRequest(span(spanHold, end-1e9, end, str(attrConnTag, "i"), dbl(attrIdleSeconds, 5))), "protobuf")
+	sr := c.st.series[seriesKey{"app", SourceOTLP}]
+	if got := sr.tags["a"].total; got != (figures{hold: 1, active: 1}) {
+		t.Errorf("active-only span: %+v, want hold 1 active 1", got)
+	}
+	if got := sr.tags["i"].total; got != (figures{hold: 1, idle: 1}) {
+		t.Errorf("idle-only span: %+v, want hold 1 idle 1", got)
+	}
+}
+
+// TestOTLPRejectedSpansMakeNoSeries: spans that fail validation, and
+// statement spans without an operation, leave no series behind.
+func TestOTLPRejectedSpansMakeNoSeries(t *testing.T) {
+	c, _ := New(Config{OTLP: OTLPConfig{Enabled: true}})
+	end := uint64(time.Now().UnixNano())
+	post(t, c.Handler(), exportRequest(
+		span(spanHold, end, end-1e9, str(attrConnTag, "backwards")),
+		span(spanHold, end-1e9, end, str(attrConnTag, "nan"), dbl(attrActiveSeconds, math.NaN())),
+		span("SELECT", end-1e9, end, str(attrConnTag, "no_operation")),
+	), "protobuf")
+	m := getMetrics(t, c.Handler())
+	for _, tag := range []string{"backwards", "nan", "no_operation"} {
+		if strings.Contains(m, `conn_tag="`+tag+`"`) {
+			t.Errorf("series for %s:\n%s", tag, m)
+		}
+	}
+}
+
+// TestOTLPContentEncoding: gzip and identity are read; any other encoding
+// is answered 415, not decoded as if it were plain.
+func TestOTLPContentEncoding(t *testing.T) {
+	c, _ := New(Config{OTLP: OTLPConfig{Enabled: true}})
+	start, end, attrs := validHold("enc")
+	plain, _ := proto.Marshal(exportRequest(span(spanHold, start, end, attrs...)))
+	var gz, fl bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	zw.Write(plain)
+	zw.Close()
+	fw, _ := flate.NewWriter(&fl, flate.DefaultCompression)
+	fw.Write(plain)
+	fw.Close()
+	for _, tc := range []struct {
+		enc  string
+		body []byte
+		code int
+	}{
+		{"", plain, 200},
+		{"identity", plain, 200},
+		{"gzip", gz.Bytes(), 200},
+		{"GZIP", gz.Bytes(), 200},
+		{"deflate", fl.Bytes(), 415},
+		{"br", plain, 415},
+		{"zstd", plain, 415},
+		{"gzip, br", gz.Bytes(), 415},
+	} {
+		r := httptest.NewRequest(http.MethodPost, "/v1/traces", bytes.NewReader(tc.body))
+		r.Header.Set("Content-Type", "application/x-protobuf")
+		if tc.enc != "" {
+			r.Header.Set("Content-Encoding", tc.enc)
+		}
+		w := httptest.NewRecorder()
+		c.Handler().ServeHTTP(w, r)
+		if w.Code != tc.code {
+			t.Errorf("Content-Encoding %q: %d %s, want %d", tc.enc, w.Code, w.Body, tc.code)
+		}
+		if tc.code == 415 && !strings.Contains(w.Body.String(), "gzip") {
+			t.Errorf("Content-Encoding %q: 415 without saying what is accepted: %s", tc.enc, w.Body)
+		}
+	}
 }

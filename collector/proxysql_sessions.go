@@ -112,6 +112,7 @@ type pendingUnknown struct {
 	first  time.Time
 	last   time.Time
 	f      figures
+	rows   float64 // sampled rows in the run
 	pinned map[string]float64
 }
 
@@ -223,6 +224,7 @@ func (p *proxysqlSessions) addSampled(h *SampledHold) {
 		}
 		pu.last = h.At
 		pu.f.add(&f)
+		pu.rows++
 		if reason != "" {
 			if pu.pinned == nil {
 				pu.pinned = map[string]float64{}
@@ -237,6 +239,7 @@ func (p *proxysqlSessions) addSampled(h *SampledHold) {
 	}
 	d := p.delta(p.batch, h.Tag)
 	d.add(&f)
+	d.obs++
 	p.sessions[h.Tag]++
 	if reason != "" {
 		if d.pinnedSecs == nil {
@@ -271,6 +274,7 @@ func (p *proxysqlSessions) resolveWhere(id int64, tag string, match func(*pendin
 func (p *proxysqlSessions) resolve(pu *pendingUnknown, tag string) {
 	d := p.delta(p.batch, tag)
 	d.add(&pu.f)
+	d.obs += pu.rows
 	for r, v := range pu.pinned {
 		if d.pinnedSecs == nil {
 			d.pinnedSecs = map[string]float64{}
@@ -290,6 +294,7 @@ func (p *proxysqlSessions) addHold(h *Hold) {
 		d.idle += dur - active
 	}
 	d.stmts += float64(h.Statements)
+	d.obs++
 	if h.Tag != UnknownTag && len(p.pending[int64(h.SessionID)]) > 0 {
 		// The events log and the samples may come from two clocks: allow
 		// a second either side.

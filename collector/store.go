@@ -196,14 +196,16 @@ func (s *store) get(target string, source Source) *series {
 }
 
 // entryFor returns tag's entry, or the overflow entry once the series has
-// maxTags tags. unknown and untagged are never capped: they say what the
-// collector could not attribute and must stay visible. Callers hold mu.
-func (s *store) entryFor(sr *series, tag string) *entry {
+// maxTags tags, counting n observations as overflowed. unknown and untagged
+// are never capped: they say what the collector could not attribute and
+// must stay visible; overflow itself was counted by whoever chose it.
+// Callers hold mu.
+func (s *store) entryFor(sr *series, tag string, n float64) *entry {
 	if e := sr.tags[tag]; e != nil {
 		return e
 	}
-	if len(sr.tags) >= s.maxTags && tag != UnknownTag && tag != UntaggedTag {
-		sr.overflow++
+	if len(sr.tags) >= s.maxTags && tag != UnknownTag && tag != UntaggedTag && tag != OverflowTag {
+		sr.overflow += n
 		tag = OverflowTag
 		if e := sr.tags[tag]; e != nil {
 			return e
@@ -219,6 +221,10 @@ func (s *store) entryFor(sr *series, tag string) *entry {
 type tagDelta struct {
 	figures
 	pinnedSecs map[string]float64
+	// obs is how many observations (spans, holds, sampled rows) the delta
+	// sums: what holdtime_collector_tags_overflow_total counts when the
+	// tag goes to OverflowTag. Zero counts as one.
+	obs float64
 }
 
 // add adds a batch of per-tag figures at the collector's current time. A
@@ -241,7 +247,7 @@ func (s *store) add(target string, source Source, batch map[string]*tagDelta) {
 		if d.figures == (figures{}) && len(d.pinnedSecs) == 0 {
 			continue // nothing to add: no series for it
 		}
-		e := s.entryFor(sr, tag)
+		e := s.entryFor(sr, tag, max(d.obs, 1))
 		e.addAt(sec, &d.figures)
 		for reason, v := range d.pinnedSecs {
 			if e.pinnedSecs == nil {
@@ -262,7 +268,7 @@ func (s *store) addOne(target string, source Source, tag string, f *figures) {
 		sr.malformed++
 		return
 	}
-	s.entryFor(sr, tag).addAt(s.now().Unix(), f)
+	s.entryFor(sr, tag, 1).addAt(s.now().Unix(), f)
 }
 
 func saneSeconds(m map[string]float64) bool {

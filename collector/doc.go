@@ -9,7 +9,14 @@
 //     leading comment, or sqlcommenter's trailing conn_tag='NAME').
 //   - EventsReader streams ProxySQL's JSON events log
 //     (mysql-eventslog_format=2), plain or gzip, in bounded memory, counting
-//     and skipping malformed lines.
+//     and skipping malformed lines. A line's times must be between 1970 and
+//     2200, end after they start, span at most 7 days and agree with its
+//     duration_us; and its end must fit the log's own clock (the latest
+//     end accepted): more than 10 minutes before it or 24 hours after it,
+//     the event is kept aside until the next event says whether the log
+//     moved on (both kept) or the line is corrupt (counted as malformed,
+//     with the reason). A jump nothing follows is rejected. So one line
+//     can move no counter backwards and no window to the year 294247.
 //   - Attributor turns events into Holds: a transaction holds its backend
 //     from the start of BEGIN (or of the first statement under
 //     autocommit=0) to the end of COMMIT/ROLLBACK, and takes the tag of the
@@ -74,7 +81,9 @@
 //     "proxysql_pool" in holdtime_source_up). Two queries per poll.
 //   - The JSON events log (ProxySQLConfig.EventsLog), tailed from its end:
 //     exact holds per tag through the Attributor, source "proxysql_events",
-//     the headline figure when present. It follows ProxySQL's numbered
+//     the headline figure when present. Lines are checked as EventsReader
+//     checks them, the log's clock starting at the collector's; skipped
+//     lines are counted, and one a minute is logged with its reason. It follows ProxySQL's numbered
 //     files, rename rotation and truncation (a truncation that is refilled
 //     beyond the read offset between two checks is not seen).
 //   - MySQL/MariaDB (Config.MySQL): every second, three queries: PROCESSLIST

@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"strconv"
+	"time"
 	"unicode/utf8"
 )
 
@@ -124,7 +125,12 @@ type EventsReader struct {
 	lineNo  int64
 	long    []byte // a line longer than br's buffer, assembled
 	scratch []byte // unescaped JSON strings
-	ev      Event
+	parsed  Event  // the line just parsed
+	ev      Event  // the event Next returned
+	clock   eventClock
+	dec     clockDecision // events the clock let through, to return in order
+	nextDec int
+	flushed bool
 	stats   ReadStats
 	err     error
 }
@@ -210,8 +216,21 @@ func (r *EventsReader) openNext() (bool, error) {
 
 // Next advances to the next valid event, skipping (and counting) malformed
 // lines. It returns false at the end of all input or on an error.
+//
+// An event far from the log's own clock (see eventClock) is returned only
+// once the event after it vouches for it, and is otherwise counted as
+// malformed; every other event is returned as soon as it is read.
 func (r *EventsReader) Next() bool {
-	for r.err == nil {
+	for {
+		if r.nextDec < r.dec.nemit {
+			r.ev = *r.dec.emit[r.nextDec]
+			r.nextDec++
+			r.stats.Events++
+			return true
+		}
+		if r.err != nil {
+			return false
+		}
 		if r.br == nil {
 			ok, err := r.openNext()
 			if err != nil {
@@ -219,7 +238,13 @@ func (r *EventsReader) Next() bool {
 				return false
 			}
 			if !ok {
-				return false
+				if r.flushed {
+					return false
+				}
+				r.flushed = true
+				r.clock.flush(&r.dec)
+				r.decided()
+				continue
 			}
 		}
 		line, err := r.readLine()
@@ -234,21 +259,28 @@ func (r *EventsReader) Next() bool {
 			}
 			if len(bytes.TrimSpace(line)) == 0 {
 				// Blank lines are not events and not damage either.
-			} else if perr := parseEvent(line, &r.ev, &r.scratch); perr != nil {
+			} else if perr := parseEvent(line, &r.parsed, &r.scratch); perr != nil {
 				r.malformed(perr.Error())
 			} else {
-				r.stats.Events++
-				if err != nil {
-					r.endOfFile(err)
-				}
-				return true
+				r.clock.admit(&r.parsed, LineRef{File: r.name, Line: r.lineNo}, &r.dec)
+				r.decided()
 			}
 		}
 		if err != nil {
+			// The events decided on stay valid: closing the file does
+			// not touch the line buffer or the held copies.
 			r.endOfFile(err)
 		}
 	}
-	return false
+}
+
+// decided counts the events the clock rejected and starts returning the
+// ones it let through.
+func (r *EventsReader) decided() {
+	r.nextDec = 0
+	for _, ref := range r.dec.reject[:r.dec.nrej] {
+		r.malformedRef(ref)
+	}
 }
 
 // endOfFile handles the error that ended the current file: EOF moves on,
@@ -310,9 +342,13 @@ func (r *EventsReader) readLine() ([]byte, error) {
 }
 
 func (r *EventsReader) malformed(reason string) {
+	r.malformedRef(LineRef{File: r.name, Line: r.lineNo, Reason: reason})
+}
+
+func (r *EventsReader) malformedRef(ref LineRef) {
 	r.stats.Malformed++
 	if len(r.stats.MalformedLines) < r.cfg.MaxMalformedLines {
-		r.stats.MalformedLines = append(r.stats.MalformedLines, LineRef{File: r.name, Line: r.lineNo, Reason: reason})
+		r.stats.MalformedLines = append(r.stats.MalformedLines, ref)
 	}
 }
 
@@ -322,6 +358,7 @@ const (
 	hasStart
 	hasEnd
 	hasEvent
+	hasDuration
 	hasAll = hasThread | hasStart | hasEnd | hasEvent
 )
 
@@ -384,6 +421,7 @@ func parseEvent(line []byte, ev *Event, scratch *[]byte) error {
 			seen |= hasEnd
 		case "duration_us":
 			intDst = &ev.Duration
+			seen |= hasDuration
 		case "rows_sent":
 			intDst = &ev.RowsSent
 		case "rows_affected":
@@ -486,8 +524,25 @@ func parseEvent(line []byte, ev *Event, scratch *[]byte) error {
 	if seen&hasAll != hasAll {
 		return errors.New(missingField(seen))
 	}
-	if ev.EndUS < ev.StartUS {
+	return checkTimes(ev, seen&hasDuration != 0)
+}
+
+// checkTimes rejects times no ProxySQL wrote: before 1970 or after 2200,
+// ending before they start, a statement of more than 7 days, or a
+// duration_us that disagrees with them (ProxySQL writes end - start).
+// Within these bounds no arithmetic on the times can overflow.
+func checkTimes(ev *Event, haveDuration bool) error {
+	switch {
+	case ev.StartUS < 0 || ev.StartUS > maxEventUS:
+		return fmt.Errorf("starttime_timestamp_us %d is not a time between 1970 and 2200", ev.StartUS)
+	case ev.EndUS < 0 || ev.EndUS > maxEventUS:
+		return fmt.Errorf("endtime_timestamp_us %d is not a time between 1970 and 2200", ev.EndUS)
+	case ev.EndUS < ev.StartUS:
 		return errors.New("endtime_timestamp_us before starttime_timestamp_us")
+	case ev.EndUS-ev.StartUS > maxEventDurationUS:
+		return fmt.Errorf("the statement lasted %s: more than 7 days is not a statement", time.Duration(ev.EndUS-ev.StartUS)*time.Microsecond)
+	case haveDuration && ev.Duration != ev.EndUS-ev.StartUS:
+		return fmt.Errorf("duration_us %d disagrees with the start and end times (%d µs apart)", ev.Duration, ev.EndUS-ev.StartUS)
 	}
 	return nil
 }

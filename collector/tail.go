@@ -40,6 +40,11 @@ type tailer struct {
 	ev      Event
 	scratch []byte
 	bad     int
+	// clock is the log's own clock (see eventClock), started at the
+	// collector's: a followed log is being written now.
+	clock   *eventClock
+	dec     clockDecision
+	lastBad time.Time // when a malformed line was last logged
 }
 
 // newestEventsLog returns the file ProxySQL is writing: the highest
@@ -221,7 +226,7 @@ func (t *tailer) feed(b []byte) {
 				return
 			}
 			if len(t.partial)+len(b) > maxEventLine {
-				t.bad++
+				t.malformed(fmt.Sprintf("line longer than %d bytes", maxEventLine))
 				t.skip, t.partial = true, t.partial[:0]
 				return
 			}
@@ -240,11 +245,30 @@ func (t *tailer) feed(b []byte) {
 		}
 		if len(bytes.TrimSpace(line)) > 0 {
 			if err := parseEvent(line, &t.ev, &t.scratch); err != nil {
-				t.bad++
+				t.malformed(err.Error())
 			} else {
-				t.sessions.attr.Add(&t.ev)
+				if t.clock == nil {
+					t.clock = newEventClock(time.Now().UnixMicro())
+				}
+				t.clock.admit(&t.ev, LineRef{File: filepath.Base(t.name)}, &t.dec)
+				for _, ref := range t.dec.reject[:t.dec.nrej] {
+					t.malformed(ref.Reason)
+				}
+				for _, e := range t.dec.emit[:t.dec.nemit] {
+					t.sessions.attr.Add(e)
+				}
 			}
 		}
 		t.partial = t.partial[:0]
+	}
+}
+
+// malformed counts a skipped line and logs a sample of why, at most once a
+// minute: the count is in holdtime_collector_malformed_rows_total.
+func (t *tailer) malformed(reason string) {
+	t.bad++
+	if now := time.Now(); now.Sub(t.lastBad) >= time.Minute {
+		t.lastBad = now
+		t.c.cfg.Logger.Warn("events log line skipped", "target", t.target, "file", filepath.Base(t.name), "reason", reason)
 	}
 }

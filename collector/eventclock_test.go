@@ -1,0 +1,248 @@
+package collector
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+// eventLine is one events log line of session thread, as ProxySQL writes it.
+func eventLine(thread int, startUS, endUS int64, query string) string {
+	return fmt.Sprintf(`{"event":"COM_QUERY","thread_id":%d,"starttime_timestamp_us":%d,"endtime_timestamp_us":%d,"duration_us":%d,"query":%q,"hostgroup_id":0,"server":"db:3306"}`,
+		thread, startUS, endUS, endUS-startUS, query)
+}
+
+// absurdLines are lines with times no ProxySQL wrote, each rejected by
+// itself (parse) or by the log's clock.
+func absurdLines(nearUS int64) []string {
+	year2099 := time.Date(2099, 1, 1, 0, 0, 0, 0, time.UTC).UnixMicro()
+	return []string{
+		eventLine(3, -9e18, 9e18, "/* conn_tag:evil */ SELECT 1"),                       // the outside test's line
+		eventLine(3, 9e18-1, 9e18, "/* conn_tag:evil */ SELECT 1"),                      // a window ending in the year 294247
+		eventLine(3, year2099, year2099+10, "/* conn_tag:evil */ BEGIN"),                // plausible, far ahead
+		eventLine(3, 1, 2, "/* conn_tag:evil */ SELECT 1"),                              // plausible, far behind
+		eventLine(3, nearUS-8*24*3600e6, nearUS, "/* conn_tag:evil */ SELECT SLEEP(1)"), // a statement of 8 days
+		strings.Replace(eventLine(3, nearUS, nearUS+5, "/* conn_tag:evil */ SELECT 1"), `"duration_us":5`, `"duration_us":-9000000000000000000`, 1),
+	}
+}
+
+func TestParseEventRejectsAbsurdTimes(t *testing.T) {
+	for i, line := range absurdLines(1796200038250235) {
+		if i == 2 || i == 3 {
+			continue // plausible on its own: the log's clock rejects it
+		}
+		var ev Event
+		var scratch []byte
+		if err := parseEvent([]byte(line), &ev, &scratch); err == nil {
+			t.Errorf("accepted %s", line)
+		}
+	}
+}
+
+// TestAnalyzeRejectsAbsurdTimes slips lines with absurd times into a real
+// events log, first, in the middle (next to a transaction of the same
+// session) and last: the report is the clean log's, and every absurd line is
+// counted as malformed with a reason.
+func TestAnalyzeRejectsAbsurdTimes(t *testing.T) {
+	clean, err := os.ReadFile("testdata/states_eventslog_events.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimRight(string(clean), "\n"), "\n")
+	bad := absurdLines(1796200038250235)
+	year2099 := time.Date(2099, 1, 1, 0, 0, 0, 0, time.UTC).UnixMicro()
+	var dirty []string
+	dirty = append(dirty, bad[3])                  // the first line is corrupt
+	dirty = append(dirty, lines[:len(lines)/2]...) // real events
+	dirty = append(dirty, bad[:3]...)
+	dirty = append(dirty, lines[len(lines)/2:len(lines)-1]...)
+	dirty = append(dirty, bad[4:]...)
+	dirty = append(dirty, lines[len(lines)-1])
+	dirty = append(dirty, eventLine(5, year2099, year2099+1, "/* conn_tag:evil */ SELECT 1")) // and the last
+	dir := t.TempDir()
+	cleanPath, dirtyPath := filepath.Join(dir, "clean.json"), filepath.Join(dir, "dirty.json")
+	os.WriteFile(cleanPath, clean, 0o644)
+	os.WriteFile(dirtyPath, []byte(strings.Join(dirty, "\n")+"\n"), 0o644)
+
+	want, err := Analyze(context.Background(), AnalyzeConfig{EventsLogs: []string{cleanPath}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := Analyze(context.Background(), AnalyzeConfig{EventsLogs: []string{dirtyPath}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Tag("evil") != nil {
+		t.Errorf("the absurd lines made a tag: %+v", got.Tag("evil"))
+	}
+	if !got.From.Equal(want.From) || !got.To.Equal(want.To) {
+		t.Errorf("window %v..%v, want the clean log's %v..%v", got.From, got.To, want.From, want.To)
+	}
+	if len(got.Tags) != len(want.Tags) {
+		t.Errorf("%d tags, want %d", len(got.Tags), len(want.Tags))
+	}
+	for _, w := range want.Tags {
+		g := got.Tag(w.Tag)
+		if g == nil || g.HoldSeconds != w.HoldSeconds || g.Statements != w.Statements || g.Transactions != w.Transactions ||
+			g.MaxSeconds != w.MaxSeconds || g.IdleSeconds != w.IdleSeconds {
+			t.Errorf("tag %s: %+v\nwant %+v", w.Tag, g, w)
+		}
+	}
+	st := got.EventsLog
+	if st.Malformed != 7 || st.Events != want.EventsLog.Events {
+		t.Errorf("%d malformed, %d events; want 7 malformed and the clean log's %d events", st.Malformed, st.Events, want.EventsLog.Events)
+	}
+	for _, ref := range st.MalformedLines {
+		if ref.Reason == "" || ref.Line == 0 {
+			t.Errorf("malformed line without its place or reason: %+v", ref)
+		}
+		t.Log(ref)
+	}
+	var out bytes.Buffer
+	if err := got.WriteTable(&out); err != nil {
+		t.Fatal(err)
+	}
+	figuresPart, _, _ := strings.Cut(out.String(), "sources:") // the sources part quotes the skipped lines
+	if m := regexp.MustCompile(`.*(\s-[0-9]|2099-|294247).*`).FindString(figuresPart); m != "" {
+		t.Errorf("report shows absurd figures: %s", m)
+	}
+}
+
+// TestEventClockKeepsEveryRealEvent: a jump the next event agrees with is
+// the log moving on (a quiet day, a clock step, another instance's file),
+// not corruption: nothing real is lost, wherever the corrupt line sits.
+func TestEventClockKeepsEveryRealEvent(t *testing.T) {
+	const day = 24 * 3600e6
+	const t0 = 1796200038250235
+	type step struct {
+		end  int64
+		real bool
+	}
+	for _, tc := range []struct {
+		name   string
+		events []step
+	}{
+		{"quiet days", []step{{t0, true}, {t0 + 1e6, true}, {t0 + 3*day, true}, {t0 + 3*day + 1, true}, {t0 + 9*day, true}, {t0 + 9*day + 1, true}}},
+		{"clock stepped back", []step{{t0, true}, {t0 + 1, true}, {t0 - day, true}, {t0 - day + 5, true}}},
+		// What the clock cannot tell from corruption: a jump with nothing
+		// after it, and a first event the second disagrees with when the
+		// third sides with the second. Both are counted and explained.
+		{"jump at the very end", []step{{t0, true}, {t0 + 1, true}, {t0 + 9*day, false}}},
+		{"first event, then a clock step", []step{{t0, false}, {t0 - day, true}, {t0 - day + 5, true}}},
+		{"corrupt first", []step{{5, false}, {t0, true}, {t0 + 1, true}}},
+		{"corrupt second", []step{{t0, true}, {5, false}, {t0 + 1, true}}},
+		{"corrupt between", []step{{t0, true}, {t0 + 1, true}, {t0 + 90*day, false}, {t0 + 2, true}}},
+		{"corrupt last", []step{{t0, true}, {t0 + 1, true}, {t0 - 90*day, false}}},
+		{"lone event", []step{{t0, true}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newEventClock(0)
+			var got, rejected []int64
+			var d clockDecision
+			take := func() {
+				for _, e := range d.emit[:d.nemit] {
+					got = append(got, e.EndUS)
+				}
+				for range d.reject[:d.nrej] {
+					rejected = append(rejected, 0)
+				}
+			}
+			var want []int64
+			for i, s := range tc.events {
+				ev := Event{EndUS: s.end, Query: []byte(fmt.Sprint(i))}
+				c.admit(&ev, LineRef{Line: int64(i + 1)}, &d)
+				take()
+				if s.real {
+					want = append(want, s.end)
+				}
+			}
+			c.flush(&d)
+			take()
+			if fmt.Sprint(got) != fmt.Sprint(want) || len(rejected) != len(tc.events)-len(want) {
+				t.Errorf("passed %v, rejected %d; want %v in order, %d rejected", got, len(rejected), want, len(tc.events)-len(want))
+			}
+		})
+	}
+}
+
+// TestFollowedLogRejectsAbsurdTimes appends the absurd lines to a followed
+// events log between real holds: no counter moves backwards, occupancy
+// stays what the real holds give, and each absurd line is counted.
+func TestFollowedLogRejectsAbsurdTimes(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "events.log")
+	os.WriteFile(path, nil, 0o644)
+	c, err := New(Config{OTLP: OTLPConfig{Enabled: true}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps := newProxySQLSessions("px", c.st, ProcesslistConfig{}, true, false, time.Second)
+	tl := &tailer{path: path, poll: time.Millisecond, c: c, target: "px", sessions: ps, buf: make([]byte, 4096)}
+	defer tl.closeFile()
+	appendLine := func(s string) {
+		f, _ := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
+		f.WriteString(s + "\n")
+		f.Close()
+	}
+	if err := tl.step(true); err != nil {
+		t.Fatal(err)
+	}
+	prev := map[string]figures{}
+	check := func(when string) {
+		t.Helper()
+		if err := tl.step(false); err != nil {
+			t.Fatal(err)
+		}
+		sr := c.st.series[seriesKey{"px", SourceProxySQLEvents}]
+		if sr == nil {
+			return
+		}
+		for tag, e := range sr.tags {
+			f, p := e.total, prev[tag]
+			for _, v := range [][2]float64{{f.hold, p.hold}, {f.active, p.active}, {f.idle, p.idle}, {f.stmts, p.stmts}} {
+				if !(v[0] >= v[1]) || math.IsInf(v[0], 0) {
+					t.Fatalf("%s: %s went from %+v to %+v", when, tag, p, f)
+				}
+			}
+			prev[tag] = f
+		}
+		for _, row := range getTop(t, c.Handler(), "window=10s").Rows {
+			if row.Occupancy > 5 || row.Tag == "evil" {
+				t.Fatalf("%s: top shows %+v", when, row)
+			}
+		}
+	}
+	now := time.Now().UnixMicro()
+	n := 0
+	real := func() {
+		n++
+		s := now + int64(n)*1000
+		appendLine(eventLine(1, s, s+100, "BEGIN"))
+		appendLine(eventLine(1, s+200, s+300, "/* conn_tag:real */ SELECT 1"))
+		appendLine(eventLine(1, s+400, s+500, "COMMIT"))
+	}
+	real()
+	check("real holds")
+	for i, line := range absurdLines(now) {
+		appendLine(line)
+		check(fmt.Sprintf("absurd line %d", i))
+		real()
+		check(fmt.Sprintf("real holds after absurd line %d", i))
+	}
+	sr := c.st.series[seriesKey{"px", SourceProxySQLEvents}]
+	if sr.malformed != float64(len(absurdLines(now))) {
+		t.Errorf("malformed %v, want %d", sr.malformed, len(absurdLines(now)))
+	}
+	if got := sr.tags["real"].total.stmts; got != float64(n) {
+		t.Errorf("real statements %v, want %d: a real line was lost", got, n)
+	}
+}

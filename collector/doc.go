@@ -81,11 +81,14 @@
 //     "proxysql_pool" in holdtime_source_up). Two queries per poll.
 //   - The JSON events log (ProxySQLConfig.EventsLog), tailed from its end:
 //     exact holds per tag through the Attributor, source "proxysql_events",
-//     the headline figure when present. Lines are checked as EventsReader
-//     checks them, the log's clock starting at the collector's; skipped
-//     lines are counted, and one a minute is logged with its reason. It follows ProxySQL's numbered
+//     the headline figure when present. It follows ProxySQL's numbered
 //     files, rename rotation and truncation (a truncation that is refilled
-//     beyond the read offset between two checks is not seen).
+//     beyond the read offset between two checks is not seen). A followed
+//     file that is removed marks the source down, saying so, until a file
+//     is back at the path (read from its start); an older rotated file is
+//     never read again. Lines are checked as EventsReader checks them, the
+//     log's clock starting at the collector's; skipped lines are counted,
+//     and one a minute is logged with its reason.
 //   - MySQL/MariaDB (Config.MySQL): every second, three queries: PROCESSLIST
 //     joined to INNODB_TRX, performance_schema.events_statements_history
 //     (the last statements of each session: tags of idle transactions,

@@ -246,3 +246,90 @@ func TestFollowedLogRejectsAbsurdTimes(t *testing.T) {
 		t.Errorf("real statements %v, want %d: a real line was lost", got, n)
 	}
 }
+
+// TestTailerReportsRemovedLog removes the followed events log: the source is
+// reported down with the reason, an older rotated file is not read again,
+// and the log is followed again once it is back.
+func TestTailerReportsRemovedLog(t *testing.T) {
+	for _, numbered := range []bool{false, true} {
+		t.Run(fmt.Sprintf("numbered=%v", numbered), func(t *testing.T) {
+			dir := t.TempDir()
+			prefix := filepath.Join(dir, "events.log")
+			cur := prefix
+			now := time.Now().UnixMicro()
+			appendTo := func(name, tag string, i int) {
+				f, err := os.OpenFile(name, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+				if err != nil {
+					t.Fatal(err)
+				}
+				s := now + int64(i)*1000
+				f.WriteString(eventLine(i, s, s+10, "/* conn_tag:"+tag+" */ SELECT 1") + "\n")
+				f.Close()
+			}
+			if numbered {
+				appendTo(prefix+".00000001", "old", 1) // rotated away before the tailer started
+				cur = prefix + ".00000002"
+			}
+			appendTo(cur, "before_start", 2)
+			c, err := New(Config{OTLP: OTLPConfig{Enabled: true}, MaxBackoff: 20 * time.Millisecond})
+			if err != nil {
+				t.Fatal(err)
+			}
+			wait := pollWaiter(c)
+			ps := newProxySQLSessions("px", c.st, ProcesslistConfig{}, true, false, time.Second)
+			tl := &tailer{path: prefix, poll: 5 * time.Millisecond, c: c, target: "px", sessions: ps}
+			c.st.register("px", SourceProxySQLEvents)
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan struct{})
+			go func() { defer close(done); tl.run(ctx) }()
+			defer func() { cancel(); <-done }()
+			status := func() SourceStatus {
+				for _, s := range c.Sources() {
+					if s.Source == SourceProxySQLEvents {
+						return s
+					}
+				}
+				t.Fatal("no events log source")
+				return SourceStatus{}
+			}
+			stmts := func(tag string) float64 {
+				c.st.mu.Lock()
+				defer c.st.mu.Unlock()
+				if e := c.st.series[seriesKey{"px", SourceProxySQLEvents}].tags[tag]; e != nil {
+					return e.total.stmts
+				}
+				return 0
+			}
+			wait(t, "px", SourceProxySQLEvents, false)
+			appendTo(cur, "live", 3)
+			appendTo(cur, "live", 4)
+			for stmts("live") < 2 {
+				wait(t, "px", SourceProxySQLEvents, false)
+			}
+			if err := os.Remove(cur); err != nil {
+				t.Fatal(err)
+			}
+			err = wait(t, "px", SourceProxySQLEvents, true)
+			if s := status(); s.Up || !strings.Contains(s.LastError, "removed") || !strings.Contains(err.Error(), filepath.Base(cur)) {
+				t.Errorf("after removal: %+v (%v); want down, saying the log was removed", s, err)
+			}
+			// A few more failed polls: it keeps saying why, and reads no
+			// older file again.
+			wait(t, "px", SourceProxySQLEvents, true)
+			if s := status(); s.Up || !strings.Contains(s.LastError, "removed") {
+				t.Errorf("while gone: %+v", s)
+			}
+			appendTo(cur, "back", 5)
+			appendTo(cur, "back", 6)
+			for stmts("back") < 2 {
+				wait(t, "px", SourceProxySQLEvents, false)
+			}
+			if s := status(); !s.Up {
+				t.Errorf("log back, source still down: %+v", s)
+			}
+			if stmts("old") != 0 || stmts("before_start") != 0 || stmts("live") != 2 {
+				t.Errorf("old %v before_start %v live %v; want 0 0 2: a file was read twice", stmts("old"), stmts("before_start"), stmts("live"))
+			}
+		})
+	}
+}

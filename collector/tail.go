@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"time"
 )
 
@@ -45,6 +47,9 @@ type tailer struct {
 	clock   *eventClock
 	dec     clockDecision
 	lastBad time.Time // when a malformed line was last logged
+	// removed is the file that disappeared while followed, until the path
+	// has a file again: the source is down, saying so.
+	removed string
 }
 
 // newestEventsLog returns the file ProxySQL is writing: the highest
@@ -74,6 +79,27 @@ func newestEventsLog(path string) (string, error) {
 	return path, nil
 }
 
+// numberedBefore reports whether a and b are both numbered files of path
+// and a comes before b.
+func numberedBefore(path, a, b string) bool {
+	sa, oka := strings.CutPrefix(a, path+".")
+	sb, okb := strings.CutPrefix(b, path+".")
+	if !oka || !okb || !isDigits(sa) || !isDigits(sb) || sa == "" || sb == "" {
+		return false
+	}
+	if len(sa) != len(sb) {
+		return len(sa) < len(sb)
+	}
+	return sa < sb
+}
+
+// removedError says that the followed file is gone.
+func (t *tailer) removedError() error {
+	return fmt.Errorf("events log %s was removed: its figures are stale until a new one appears "+
+		"(ProxySQL keeps writing to the removed file until PROXYSQL FLUSH LOGS or a restart); the path is still watched",
+		filepath.Base(t.removed))
+}
+
 func isDigits(s string) bool {
 	for i := 0; i < len(s); i++ {
 		if s[i] < '0' || s[i] > '9' {
@@ -85,7 +111,9 @@ func isDigits(s string) bool {
 
 func (t *tailer) run(ctx context.Context) {
 	defer t.closeFile()
-	t.buf = make([]byte, 256<<10)
+	if t.buf == nil {
+		t.buf = make([]byte, 256<<10)
+	}
 	first := true
 	backoff := time.Duration(0)
 	wait := time.NewTimer(0)
@@ -104,13 +132,22 @@ func (t *tailer) run(ctx context.Context) {
 			}
 			backoff = min(max(2*backoff, t.poll), t.c.cfg.MaxBackoff)
 			t.closeFile()
+			t.notify(err)
 			wait.Reset(backoff)
 			continue
 		}
 		first = false
 		backoff = 0
 		t.c.st.success(t.target, SourceProxySQLEvents)
+		t.notify(nil)
 		wait.Reset(t.poll)
+	}
+}
+
+// notify tells a test's hook how a step went, once the store knows.
+func (t *tailer) notify(err error) {
+	if t.c.onPoll != nil {
+		t.c.onPoll(t.target, SourceProxySQLEvents, err)
 	}
 }
 
@@ -119,9 +156,14 @@ func (t *tailer) step(first bool) error {
 	for {
 		if t.f == nil {
 			name, err := newestEventsLog(t.path)
+			if t.removed != "" && (err != nil || numberedBefore(t.path, name, t.removed)) {
+				// Still gone; an older rotated file was read already.
+				return t.removedError()
+			}
 			if err != nil {
 				return err
 			}
+			t.removed = ""
 			if err := t.open(name, first); err != nil {
 				return err
 			}
@@ -175,7 +217,7 @@ func (t *tailer) closeFile() {
 // truncated: it is read again from its start.
 func (t *tailer) checkRotation() (bool, error) {
 	newest, err := newestEventsLog(t.path)
-	if err == nil && newest != t.name {
+	if err == nil && newest != t.name && !numberedBefore(t.path, newest, t.name) {
 		t.closeFile()
 		return true, t.open(newest, false)
 	}
@@ -183,7 +225,15 @@ func (t *tailer) checkRotation() (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("stat events log: %w", err)
 	}
-	if byName, err := os.Stat(t.name); err == nil && !os.SameFile(cur, byName) {
+	byName, err := os.Stat(t.name)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		// Read to its end already; what ProxySQL may still write to the
+		// removed file is out of reach.
+		t.removed = t.name
+		t.closeFile()
+		return false, t.removedError()
+	case err == nil && !os.SameFile(cur, byName):
 		t.closeFile()
 		return true, t.open(t.name, false)
 	}

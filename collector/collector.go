@@ -119,6 +119,10 @@ type OTLPConfig struct {
 
 var targetName = regexp.MustCompile(`^[A-Za-z0-9_.:-]{1,64}$`)
 
+// ValidTargetName reports whether name can be a target label: 1 to 64 of
+// [A-Za-z0-9_.:-].
+func ValidTargetName(name string) bool { return targetName.MatchString(name) }
+
 // ErrNoSource means the configuration names no source.
 var ErrNoSource = errors.New("no source configured: give at least one ProxySQL admin DSN, MySQL DSN or enable the OTLP receiver")
 
@@ -213,13 +217,16 @@ func parseDSN(dsn string, timeout time.Duration) (*mysql.Config, error) {
 		return nil, errors.New("the DSN is not in go-sql-driver/mysql form (user:pass@tcp(host:port)/): check it")
 	}
 	// Bound every network step: a peer that accepts and never answers
-	// must fail the poll, not hang it.
+	// must fail the poll, not hang it. The poll's context (timeout) ends
+	// first and says "timeout"; the read and write deadlines are a
+	// backstop.
 	mc.Timeout = cmp.Or(mc.Timeout, timeout)
-	mc.ReadTimeout = cmp.Or(mc.ReadTimeout, timeout)
-	mc.WriteTimeout = cmp.Or(mc.WriteTimeout, timeout)
+	mc.ReadTimeout = cmp.Or(mc.ReadTimeout, 2*timeout)
+	mc.WriteTimeout = cmp.Or(mc.WriteTimeout, 2*timeout)
 	// The driver's default logger is process-global stderr; failures are
-	// reported once per outage through Config.Logger instead.
-	mc.Logger = &mysql.NopLogger{}
+	// reported once per outage through Config.Logger instead, with the
+	// cause the driver logged.
+	mc.Logger = &causeLogger{}
 	return mc, nil
 }
 
@@ -356,7 +363,8 @@ type poller struct {
 	source   Source
 	interval time.Duration
 	poll     func(ctx context.Context) error
-	secret   string // the DSN's password, scrubbed from logged errors
+	secret   string       // the DSN's password, scrubbed from logged errors
+	causes   *causeLogger // what the driver logged behind "invalid connection"
 }
 
 func (p *poller) run(ctx context.Context) {
@@ -379,12 +387,14 @@ func (p *poller) run(ctx context.Context) {
 			return
 		}
 		if err != nil {
-			p.c.st.failure(p.target, p.source, scrub(err, p.secret))
+			err = p.causes.explain(err, start)
+			kind := FailureOf(err)
+			p.c.st.failure(p.target, p.source, scrub(err, p.secret), kind)
 			backoff = min(max(2*backoff, 100*time.Millisecond), p.c.cfg.MaxBackoff)
 			wait := backoff/2 + rand.N(backoff/2+1)
 			if !failed {
 				p.c.cfg.Logger.Warn("source down: its figures are stale until it recovers",
-					"target", p.target, "source", p.source, "err", scrub(err, p.secret), "retry_in", wait.Round(time.Millisecond))
+					"target", p.target, "source", p.source, "failure", kind, "err", scrub(err, p.secret), "retry_in", wait.Round(time.Millisecond))
 			}
 			failed = true
 			p.notify(err)

@@ -29,6 +29,9 @@ type SourceStatus struct {
 	LastSuccess time.Time `json:"last_success,omitzero"`
 	// LastError says why the source is down (no credentials in it).
 	LastError string `json:"last_error,omitempty"`
+	// Failure is the kind of LastError: whether waiting can help, and what
+	// to fix when it cannot.
+	Failure Failure `json:"failure,omitempty"`
 }
 
 // Sources lists every source and whether it is up, sorted.
@@ -37,7 +40,8 @@ func (c *Collector) Sources() []SourceStatus {
 	defer c.st.mu.Unlock()
 	out := make([]SourceStatus, 0, len(c.st.series))
 	for k, sr := range c.st.series {
-		out = append(out, SourceStatus{Target: k.target, Source: k.source, Up: sr.up, LastSuccess: sr.lastSuccess.UTC(), LastError: sr.lastError})
+		out = append(out, SourceStatus{Target: k.target, Source: k.source, Up: sr.up, LastSuccess: sr.lastSuccess.UTC(),
+			LastError: sr.lastError, Failure: sr.failure})
 	}
 	slices.SortFunc(out, func(a, b SourceStatus) int {
 		return strings.Compare(a.Target+"/"+string(a.Source), b.Target+"/"+string(b.Source))

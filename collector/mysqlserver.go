@@ -80,6 +80,7 @@ type mysqlTarget struct {
 	cfg    MySQLConfig
 	secret string
 	db     *sql.DB
+	causes *causeLogger
 
 	mu        sync.Mutex
 	mysql8    sql.NullBool // lock wait query flavour, detected per connection
@@ -102,12 +103,12 @@ func newMySQLTarget(c *Collector, cfg MySQLConfig) (*mysqlTarget, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &mysqlTarget{c: c, cfg: cfg, secret: mc.Passwd, db: db, sessions: map[int64]*serverSession{},
+	return &mysqlTarget{c: c, cfg: cfg, secret: mc.Passwd, db: db, causes: mc.Logger.(*causeLogger), sessions: map[int64]*serverSession{},
 		maxGap: max(4*cfg.Interval, time.Second), batch: map[string]*tagDelta{}, historyOK: true}, nil
 }
 
 func (m *mysqlTarget) start(ctx context.Context, wg *sync.WaitGroup) {
-	p := &poller{c: m.c, target: m.cfg.Name, source: SourceMySQL, interval: m.cfg.Interval, poll: m.poll, secret: m.secret}
+	p := &poller{c: m.c, target: m.cfg.Name, source: SourceMySQL, interval: m.cfg.Interval, poll: m.poll, secret: m.secret, causes: m.causes}
 	wg.Go(func() { p.run(ctx) })
 }
 

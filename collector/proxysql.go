@@ -33,6 +33,7 @@ type proxysqlTarget struct {
 	cfg      ProxySQLConfig
 	secret   string
 	db       *sql.DB
+	causes   *causeLogger
 	sessions *proxysqlSessions
 
 	rows    []ProcesslistRow // reused between samples
@@ -59,7 +60,7 @@ func newProxySQLTarget(c *Collector, cfg ProxySQLConfig) (*proxysqlTarget, error
 		// session missing for a minute is gone.
 		ForgetAfter: time.Minute,
 	}
-	t := &proxysqlTarget{c: c, cfg: cfg, secret: mc.Passwd, db: db,
+	t := &proxysqlTarget{c: c, cfg: cfg, secret: mc.Passwd, db: db, causes: mc.Logger.(*causeLogger),
 		sessions: newProxySQLSessions(cfg.Name, c.st, pc, cfg.EventsLog != "", c.cfg.OTLP.Enabled, cfg.TagGrace),
 		digests:  newDigestState(), recs: map[string]*tableRecorder{}}
 	return t, nil
@@ -67,7 +68,7 @@ func newProxySQLTarget(c *Collector, cfg ProxySQLConfig) (*proxysqlTarget, error
 
 func (t *proxysqlTarget) start(ctx context.Context, wg *sync.WaitGroup) {
 	run := func(src Source, interval time.Duration, poll func(context.Context) error) {
-		p := &poller{c: t.c, target: t.cfg.Name, source: src, interval: interval, poll: poll, secret: t.secret}
+		p := &poller{c: t.c, target: t.cfg.Name, source: src, interval: interval, poll: poll, secret: t.secret, causes: t.causes}
 		wg.Go(func() { p.run(ctx) })
 	}
 	run(SourceProxySQLProcesslist, t.cfg.ProcesslistInterval, t.pollProcesslist)

@@ -130,6 +130,7 @@ type series struct {
 	up          bool
 	lastSuccess time.Time
 	lastError   string  // scrubbed of the DSN's password; "" while up
+	failure     Failure // the kind of lastError
 	gauges      *gauges // nil while the source is down: stale, not zero
 }
 
@@ -316,19 +317,19 @@ func (s *store) success(target string, source Source) {
 	sr := s.get(target, source)
 	sr.up = true
 	sr.lastSuccess = s.now()
-	sr.lastError = ""
+	sr.lastError, sr.failure = "", ""
 }
 
 // failure marks (target, source) down and drops its gauges: a dead source's
 // sessions are unknown, not zero, so its series disappear until it is back.
-// why is the error, already scrubbed of secrets.
-func (s *store) failure(target string, source Source, why string) {
+// why is the error, already scrubbed of secrets; kind its classification.
+func (s *store) failure(target string, source Source, why string, kind Failure) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	sr := s.get(target, source)
 	sr.up = false
 	sr.gauges = nil
-	sr.lastError = why
+	sr.lastError, sr.failure = why, kind
 }
 
 // register makes (target, source) known, down until its first success.

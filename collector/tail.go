@@ -126,7 +126,7 @@ func (t *tailer) run(ctx context.Context) {
 		}
 		err := t.step(first)
 		if err != nil {
-			t.c.st.failure(t.target, SourceProxySQLEvents, err.Error()) // a file error: no credentials
+			t.c.st.failure(t.target, SourceProxySQLEvents, err.Error(), FailureOther) // a file error: no credentials
 			if backoff == 0 {
 				t.c.cfg.Logger.Warn("events log unreadable: its figures are stale until it is back", "target", t.target, "err", err)
 			}

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -55,13 +56,14 @@ connection occupancy on /metrics (Prometheus), /api/v1/top (JSON), /healthz and
 
 Every flag has an environment variable (HOLDTIME_ + the flag in upper case,
 dashes as underscores); repeatable flags take several values separated by ';'
-in the variable. DSNs are go-sql-driver/mysql DSNs and never appear in output.
+in the variable (so a DSN whose password holds a ';' goes on the command line).
+DSNs are go-sql-driver/mysql DSNs and never appear in output.
 The listen address defaults to ` + defaultCollectListen + ` (loopback only).`,
 		Example: `  holdtime collect --proxysql px1='admin:admin@tcp(127.0.0.1:6032)/' \
       --proxysql-events-log px1=/var/lib/proxysql/events.log
   HOLDTIME_MYSQL='db1=monitor:secret@tcp(db1:3306)/' holdtime collect --otlp
   holdtime collect --proxysql px1='admin:admin@tcp(127.0.0.1:6032)/' --record ./rec`,
-		Args: cobra.NoArgs,
+		Args: noArgs("give sources as --proxysql NAME=DSN, --mysql NAME=DSN or --otlp (quote a DSN: its parentheses are special to the shell)"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c.out, c.errOut = cmd.OutOrStdout(), cmd.ErrOrStderr()
 			if err := flagsFromEnv(cmd); err != nil {
@@ -85,7 +87,41 @@ The listen address defaults to ` + defaultCollectListen + ` (loopback only).`,
 	f.IntVar(&c.maxTags, "max-tags", 1000, "distinct tags per target and source; more go to conn_tag=\"overflow\"")
 	f.StringVar(&c.record, "record", "", "write polled processlist samples and stats tables to this directory (see collector/RECORDING.md)")
 	f.DurationVar(&c.timeout, "timeout", 5*time.Second, "bound of one poll, connecting included")
+	for _, name := range []string{"proxysql", "mysql", "proxysql-events-log"} {
+		f.SetAnnotation(name, namedAnnotation, []string{"true"})
+	}
+	f.SetAnnotation("proxysql", dsnAnnotation, []string{"named"})
+	f.SetAnnotation("mysql", dsnAnnotation, []string{"named"})
 	return cmd
+}
+
+// Flag annotations: namedAnnotation marks NAME=VALUE flags; dsnAnnotation
+// marks flags whose values are DSNs ("named": NAME=DSN, "optional-name":
+// [NAME=]DSN).
+const (
+	namedAnnotation = "holdtime:named"
+	dsnAnnotation   = "holdtime:dsn"
+)
+
+// dsnValue reports whether v is a DSN flag's value: NAME=DSN, or a bare DSN
+// when the name is optional.
+func dsnValue(v string, nameOptional bool) bool {
+	if name, rest, ok := strings.Cut(v, "="); ok && name != "" && !strings.ContainsAny(name, "@:/(") {
+		v = rest
+	} else if !nameOptional {
+		return false
+	}
+	_, err := mysql.ParseDSN(v)
+	return err == nil
+}
+
+// checkListen says whether addr is a host:port to listen on, without
+// quoting it (a DSN given by mistake would be echoed).
+func checkListen(flag, addr string) error {
+	if _, port, err := net.SplitHostPort(addr); err != nil || port == "" {
+		return fmt.Errorf("--%s: the value given is not a host:port address such as 127.0.0.1:9479 (port 0: any free port)", flag)
+	}
+	return nil
 }
 
 // flagsFromEnv fills flags not given on the command line from HOLDTIME_*
@@ -103,11 +139,25 @@ func flagsFromEnv(cmd *cobra.Command) error {
 			return
 		}
 		if fl.Value.Type() == "stringArray" {
+			var parts []string
 			for _, part := range strings.Split(v, ";") {
 				if part = strings.TrimSpace(part); part != "" {
-					if err := fl.Value.Set(part); err != nil {
-						errs = append(errs, fmt.Errorf("%s: %w", name, err))
+					parts = append(parts, part)
+				}
+			}
+			if kind := fl.Annotations[dsnAnnotation]; kind != nil && strings.Contains(v, ";") {
+				for i, part := range parts {
+					if !dsnValue(part, kind[0] == "optional-name") {
+						errs = append(errs, fmt.Errorf("%s: value %d of %d is not a %sDSN: ';' separates the values of %s, "+
+							"so a password containing ';' cuts its DSN in two: give that DSN with --%s on the command line, "+
+							"or choose a password without ';'", name, i+1, len(parts), map[bool]string{true: "[NAME=]", false: "NAME="}[kind[0] == "optional-name"], name, fl.Name))
+						return
 					}
+				}
+			}
+			for _, part := range parts {
+				if err := fl.Value.Set(part); err != nil {
+					errs = append(errs, fmt.Errorf("%s: %w", name, err))
 				}
 			}
 			return
@@ -140,6 +190,14 @@ func (c *collectCmd) config(reg *prometheus.Registry, logger *slog.Logger) (coll
 	}
 	if c.plInterval <= 0 || c.poolInterval <= 0 || c.timeout <= 0 {
 		return cfg, errors.New("--proxysql-processlist-interval, --proxysql-pool-interval and --timeout must be positive")
+	}
+	if err := checkListen("listen", c.listen); err != nil {
+		return cfg, err
+	}
+	if c.otlpListen != "" {
+		if err := checkListen("otlp-listen", c.otlpListen); err != nil {
+			return cfg, err
+		}
 	}
 	logs := map[string]string{}
 	for _, v := range c.eventsLogs {

@@ -28,7 +28,7 @@ Grafana's file provisioning or for import. Files of other names in DIR are
 left alone. Each dashboard asks for a Prometheus data source.`,
 		Example: `  holdtime dashboards --out /var/lib/grafana/dashboards/holdtime
   go generate ./dashboards   # regenerates the committed dashboards/json`,
-		Args: cobra.NoArgs,
+		Args: noArgs("give the directory with --out DIR"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			d.out = cmd.OutOrStdout()
 			return d.run()

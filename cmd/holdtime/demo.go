@@ -68,7 +68,7 @@ checkout step comes first, its hold almost all idle, while reservations are fast
 Halfway through it applies the fix (the step releases its connection before the slow
 call) and shows the hog's occupancy fall and the sale's throughput rise. It ends with a
 before/after table and the sale's books: nothing oversold, undersold or leaked.`,
-		Args: cobra.NoArgs,
+		Args: noArgs("the demo starts its own servers; see --help for its flags"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			d.out = cmd.OutOrStdout()
 			if err := d.validate(); err != nil {
@@ -101,6 +101,9 @@ func (d *demoCmd) validate() error {
 		return fmt.Errorf("--pool %d must be larger than --checkouts %d, or the sale gets no connection at all", d.poolSize, d.hogs)
 	case d.topInterval < 100*time.Millisecond:
 		return errors.New("--top-interval must be at least 100ms")
+	}
+	if err := checkListen("listen", d.listen); err != nil {
+		return err
 	}
 	return nil
 }

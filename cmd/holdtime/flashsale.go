@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -20,6 +21,7 @@ import (
 	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
+	"github.com/holdtime/holdtime/collector"
 	"github.com/holdtime/holdtime/reservation"
 	"github.com/holdtime/holdtime/reservation/flashsale"
 	"github.com/holdtime/holdtime/testenv"
@@ -47,6 +49,7 @@ type flashsaleCmd struct {
 	duration     time.Duration
 	metricsAddr  string
 	otlpEndpoint string
+	timeout      time.Duration
 }
 
 // flashsaleStrategies are the strategies --compare runs, the engine first.
@@ -69,7 +72,7 @@ which it creates the engine's tables (inventory_*) and sells in a shop of its ow
 		Example: `  holdtime flashsale
   holdtime flashsale --concurrency 64 --tx-work 2ms --compare
   holdtime flashsale --dsn 'app:secret@tcp(db:3306)/shop' --buyers 5000 --abandon-rate 0.2 --json`,
-		Args: cobra.NoArgs,
+		Args: noArgs("give the database with --dsn 'user:pass@tcp(host:3306)/dbname' (quoted: its parentheses are special to the shell)"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			f.out, f.errOut = cmd.OutOrStdout(), cmd.ErrOrStderr()
 			return f.run(cmd.Context())
@@ -94,6 +97,7 @@ which it creates the engine's tables (inventory_*) and sells in a shop of its ow
 	fl.DurationVar(&f.duration, "duration", 0, "stop admitting buyers after this long (0: until every buyer is done)")
 	fl.StringVar(&f.metricsAddr, "metrics-listen", "", "serve the sale's app-side metrics (conntag, reservation engine) on this address at /metrics while it runs, e.g. 127.0.0.1:9480")
 	fl.StringVar(&f.otlpEndpoint, "otlp-endpoint", "", "send conntag's spans (hold and statement, with the session id) over OTLP/HTTP to this URL, e.g. http://127.0.0.1:9479/v1/traces (holdtime collect --otlp)")
+	fl.DurationVar(&f.timeout, "timeout", 10*time.Second, "how long to wait for --dsn's server to accept a connection and log in")
 	return cmd
 }
 
@@ -130,6 +134,14 @@ func (f *flashsaleCmd) config() (flashsale.Config, []reservation.Strategy, error
 			return cfg, nil, err
 		}
 		f.otlpEndpoint = u
+	}
+	if f.timeout <= 0 {
+		return cfg, nil, fmt.Errorf("--timeout %v: give how long to wait for the server, such as 10s", f.timeout)
+	}
+	if f.metricsAddr != "" {
+		if err := checkListen("metrics-listen", f.metricsAddr); err != nil {
+			return cfg, nil, err
+		}
 	}
 	if f.compare {
 		return cfg, flashsaleStrategies, nil
@@ -219,13 +231,23 @@ func (f *flashsaleCmd) database(ctx context.Context) (*mysql.Config, string, fun
 		if mc.DBName == "" {
 			return nil, "", nil, fmt.Errorf("--dsn %s names no database: add /dbname (the engine's tables are created there)", where)
 		}
-		if err := flashsalePing(ctx, mc); err != nil {
+		// A server that accepts and never answers must not hang the sale:
+		// connecting is bounded (the sale's statements are not: they may
+		// wait on locks).
+		mc.Timeout = cmp.Or(mc.Timeout, f.timeout)
+		if err := flashsalePing(ctx, mc, f.timeout); err != nil {
+			if ctx.Err() != nil {
+				return nil, "", nil, ctx.Err()
+			}
 			msg := err.Error()
 			if mc.Passwd != "" {
 				msg = strings.ReplaceAll(msg, mc.Passwd, "xxx")
 			}
-			return nil, "", nil, fmt.Errorf("cannot reach %s: %s (check the address, user, password and that the database exists)",
-				where, msg)
+			kind := collector.FailureOf(err)
+			if errors.Is(err, context.DeadlineExceeded) {
+				kind, msg = collector.FailureTimeout, ""
+			}
+			return nil, "", nil, fmt.Errorf("--dsn: %s", explainFailure(localTarget{kind: "flashsale", addr: mc.Addr, net: mc.Net}, kind, msg, f.timeout))
 		}
 		return mc, where, func() {}, nil
 	}
@@ -250,11 +272,13 @@ func flashsaleRedact(mc *mysql.Config) string {
 	return fmt.Sprintf("%s@%s(%s)/%s", mc.User, mc.Net, mc.Addr, mc.DBName)
 }
 
-func flashsalePing(ctx context.Context, mc *mysql.Config) error {
+func flashsalePing(ctx context.Context, mc *mysql.Config, timeout time.Duration) error {
 	connector, err := mysql.NewConnector(mc)
 	if err != nil {
 		return err
 	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
 	conn, err := connector.Connect(ctx)
 	if err != nil {
 		return err

@@ -91,13 +91,15 @@ func TestFlashsaleErrors(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--dsn", "root:" + secret + "@tcp(127.0.0.1:1)/shop"}, "cannot reach root@tcp(127.0.0.1:1)/shop"},
+		{[]string{"--dsn", "root:" + secret + "@tcp(127.0.0.1:1)/shop"}, "server at 127.0.0.1:1 refused the connection"},
 		{[]string{"--dsn", "root:" + secret + "@nonsense(((/x"}, "--dsn is not a go-sql-driver/mysql DSN"},
 		{[]string{"--dsn", "root:" + secret + "@tcp(127.0.0.1:1)/"}, "names no database"},
 		{[]string{"--strategy", "fifo"}, "unknown --strategy"},
 		{[]string{"--cart-size", "3", "--items", "2"}, "--cart-size 3 is more than --items 2"},
 		{[]string{"--abandon-rate", "1.5"}, "--abandon-rate"},
 		{[]string{"--buyers", "0"}, "--buyers 0"},
+		{[]string{"--timeout", "0s"}, "--timeout 0s"},
+		{[]string{"--metrics-listen", "nonsense"}, "--metrics-listen: the value given is not a host:port"},
 	} {
 		code, out, errOut := runCLI(t, append([]string{"flashsale"}, c.args...)...)
 		if code != 1 || !strings.Contains(errOut, c.want) {

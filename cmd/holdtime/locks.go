@@ -75,7 +75,7 @@ so the DSN need not appear in the process list.`,
   holdtime locks --mysql 'monitor:secret@tcp(db:3306)/' --watch --tag inventory_reserve
   holdtime locks --mysql 'admin:secret@tcp(db:3306)/' --enable-lock-output
   HOLDTIME_MYSQL='monitor:secret@tcp(db:3306)/' holdtime locks --json | jq '.hints'`,
-		Args: cobra.NoArgs,
+		Args: noArgs("give the server with --mysql 'user:pass@tcp(host:3306)/' (quoted: its parentheses are special to the shell)"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			l.out, l.errOut = cmd.OutOrStdout(), cmd.ErrOrStderr()
 			if err := flagsFromEnv(cmd); err != nil {
@@ -103,7 +103,7 @@ func (l *locksCmd) validate() error {
 	if l.mysqlDSN == "" {
 		return errors.New("no server: give --mysql user:pass@tcp(host:3306)/ (or HOLDTIME_MYSQL)")
 	}
-	name, dsn, err := targetName("mysql", l.mysqlDSN)
+	name, dsn, _, err := targetName("mysql", l.mysqlDSN)
 	if err != nil {
 		return err
 	}

@@ -21,7 +21,10 @@ func newTestenvCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "testenv",
 		Short: "Throwaway MySQL-compatible server (and ProxySQL) for trying holdtime",
-		Args:  cobra.NoArgs,
+		Args:  noArgs("run `holdtime testenv up`"),
+		// Runnable, so that its arguments are checked (cobra shows the help
+		// of a command without RunE whatever follows it).
+		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
 	cmd.AddCommand(newTestenvUpCmd())
 	return cmd
@@ -41,7 +44,7 @@ everything and removes its files. The credentials are throwaway and local.
 With HOLDTIME_MYSQL_DSN set, it uses that server instead of starting one.`,
 		Example: `  holdtime testenv up
   holdtime testenv up --proxysql=false`,
-		Args: cobra.NoArgs,
+		Args: noArgs("up starts throwaway servers and takes only --proxysql"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			u.out = cmd.OutOrStdout()
 			return u.run(cmd.Context())

@@ -54,12 +54,19 @@ It reads a running collector (--collector http://127.0.0.1:9479), or polls Proxy
 admin interface and/or MySQL directly with no daemon (--proxysql, --mysql).
 Wait time per tag is not shown: no source can see it per tag (see conntag's docs).
 
+Polling directly, top waits up to --timeout for every source's first answer; a
+source that refuses the connection or the login, or names an unknown database,
+ends it at once with what to fix. A DSN without NAME= is named by its address
+(a unix socket needs NAME=).
+
 Every flag also reads HOLDTIME_ + its name in upper case (HOLDTIME_COLLECTOR,
-HOLDTIME_MYSQL, HOLDTIME_PROXYSQL, ...), so DSNs need not appear in the process list.`,
+HOLDTIME_MYSQL, HOLDTIME_PROXYSQL, ...), so DSNs need not appear in the process list;
+';' separates the values of a repeatable flag there, so a DSN whose password holds
+a ';' goes on the command line instead.`,
 		Example: `  holdtime top --collector http://127.0.0.1:9479
   holdtime top --mysql 'monitor:secret@tcp(db:3306)/' --window 10s
   holdtime top --proxysql 'admin:admin@tcp(127.0.0.1:6032)/' --once --json`,
-		Args: cobra.NoArgs,
+		Args: noArgs("give a running collector with --collector URL, or DSNs to poll with --mysql or --proxysql (quote a DSN: its parentheses are special to the shell)"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			t.out = cmd.OutOrStdout()
 			if err := flagsFromEnv(cmd); err != nil {
@@ -84,6 +91,8 @@ HOLDTIME_MYSQL, HOLDTIME_PROXYSQL, ...), so DSNs need not appear in the process 
 	f.BoolVar(&t.once, "once", false, "print one table and exit")
 	f.BoolVar(&t.jsonOut, "json", false, "print JSON (one document per refresh)")
 	f.StringVar(&t.color, "color", "auto", "colour: auto (on a terminal), always, never")
+	f.SetAnnotation("proxysql", dsnAnnotation, []string{"optional-name"})
+	f.SetAnnotation("mysql", dsnAnnotation, []string{"optional-name"})
 	return cmd
 }
 
@@ -92,8 +101,12 @@ func (t *topCmd) validate() error {
 	if t.collectorURL != "" {
 		sources++
 		u, err := url.Parse(t.collectorURL)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return fmt.Errorf("--collector %q is not an http(s) URL such as http://127.0.0.1:9479", t.collectorURL)
+		switch {
+		case err != nil:
+			// url.Parse's message quotes the URL, password included.
+			return errors.New("--collector: the value given is not a URL: give an http(s) URL such as http://127.0.0.1:9479")
+		case u.Scheme != "http" && u.Scheme != "https" || u.Host == "":
+			return fmt.Errorf("--collector %s is not an http(s) URL such as http://127.0.0.1:9479", u.Redacted())
 		}
 	}
 	if len(t.proxysqlDSNs)+len(t.mysqlDSNs) > 0 {
@@ -113,6 +126,13 @@ func (t *topCmd) validate() error {
 	}
 	if t.interval < 100*time.Millisecond {
 		return fmt.Errorf("--interval %v: use at least 100ms", t.interval)
+	}
+	if t.timeout <= 0 {
+		return fmt.Errorf("--timeout %v: give how long to wait for each source's first answer, such as 10s", t.timeout)
+	}
+	if t.limit < 0 {
+		// As /api/v1/top?limit= does.
+		return fmt.Errorf("--limit %d: give 0 to show every tag, or a positive number of tags", t.limit)
 	}
 	if t.color != "auto" && t.color != "always" && t.color != "never" {
 		return fmt.Errorf("--color %q: use auto, always or never", t.color)
@@ -135,7 +155,8 @@ type topSource interface {
 func (t *topCmd) run(ctx context.Context) error {
 	var src topSource
 	if t.collectorURL != "" {
-		src = &httpTop{base: strings.TrimRight(t.collectorURL, "/"), client: &http.Client{Timeout: 5 * time.Second}}
+		u, _ := url.Parse(strings.TrimRight(t.collectorURL, "/")) // validated
+		src = &httpTop{base: u.String(), shown: u.Redacted(), client: &http.Client{Timeout: 5 * time.Second}}
 	} else {
 		local, err := startLocalTop(ctx, t.proxysqlDSNs, t.mysqlDSNs, t.timeout)
 		if err != nil {
@@ -250,7 +271,8 @@ func (t *topCmd) render(resp collector.TopResponse, color bool) error {
 
 // httpTop reads a running collector's /api/v1/top.
 type httpTop struct {
-	base   string
+	base   string // the URL as given: its userinfo, if any, is the collector's basic auth
+	shown  string // base without its password, for messages
 	client *http.Client
 }
 
@@ -265,15 +287,22 @@ func (h *httpTop) top(ctx context.Context, window string) (collector.TopResponse
 		if ctx.Err() != nil {
 			return doc, ctx.Err()
 		}
-		return doc, fmt.Errorf("cannot reach the collector at %s: is `holdtime collect` running there? (%v)", h.base, unwrapURLError(err))
+		return doc, fmt.Errorf("cannot reach the collector at %s: is `holdtime collect` running there? (%v)", h.shown, unwrapURLError(err))
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		return doc, fmt.Errorf("collector at %s answered %s: %s", h.base, resp.Status, strings.TrimSpace(string(body)))
+		msg := strings.TrimSpace(string(body))
+		var apiErr struct {
+			Error string `json:"error"`
+		}
+		if json.Unmarshal(body, &apiErr) == nil && apiErr.Error != "" {
+			msg = apiErr.Error
+		}
+		return doc, fmt.Errorf("collector at %s answered %s: %s", h.shown, resp.Status, msg)
 	}
 	if err := json.NewDecoder(resp.Body).Decode(&doc); err != nil {
-		return doc, fmt.Errorf("collector at %s sent something that is not holdtime's /api/v1/top JSON: %v", h.base, err)
+		return doc, fmt.Errorf("collector at %s sent something that is not holdtime's /api/v1/top JSON: %v", h.shown, err)
 	}
 	return doc, nil
 }

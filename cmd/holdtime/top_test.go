@@ -156,7 +156,9 @@ func TestTopErrors(t *testing.T) {
 		"bad sort":        {[]string{"top", "--collector", "http://x", "--sort", "speed"}, "use one of"},
 		"collector down":  {[]string{"top", "--collector", "http://" + deadAddr, "--once"}, "is `holdtime collect` running there?"},
 		"bad DSN":         {[]string{"top", "--mysql", "root:s3cret@tcp(127.0.0.1:3306"}, "not a DSN"},
-		"unreachable DSN": {[]string{"top", "--mysql", "root:s3cret@tcp(" + deadAddr + ")/", "--once", "--timeout", "1s"}, "no answer from"},
+		"unreachable DSN": {[]string{"top", "--mysql", "root:s3cret@tcp(" + deadAddr + ")/", "--once", "--timeout", "1s"}, "refused the connection"},
+		"negative limit":  {[]string{"top", "--collector", "http://x", "--limit", "-1"}, "--limit -1"},
+		"zero timeout":    {[]string{"top", "--mysql", "root:s3cret@tcp(" + deadAddr + ")/", "--timeout", "0s"}, "--timeout 0s"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			var stdout, stderr bytes.Buffer

@@ -2,7 +2,10 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -14,55 +17,70 @@ import (
 
 // localTop runs a collector in-process for `top --proxysql/--mysql`.
 type localTop struct {
-	c      *collector.Collector
-	cancel context.CancelFunc
-	done   sync.WaitGroup
+	c       *collector.Collector
+	cancel  context.CancelFunc
+	done    sync.WaitGroup
+	targets map[string]localTarget // by target name
+}
+
+// localTarget is what a message about a target may say: its kind and
+// address, never its credentials.
+type localTarget struct {
+	kind string // "mysql" or "proxysql"
+	addr string // host:port or socket path
+	net  string
 }
 
 // targetName splits an optional NAME= from a DSN; without one the instance
 // is named by its address, never by its credentials.
-func targetName(kind, v string) (name, dsn string, err error) {
+func targetName(kind, v string) (name, dsn string, cfg *mysql.Config, err error) {
 	dsn = v
 	if n, rest, ok := strings.Cut(v, "="); ok && n != "" && !strings.ContainsAny(n, "@:/(") {
 		name, dsn = n, rest
 	}
-	cfg, err := mysql.ParseDSN(dsn)
+	cfg, err = mysql.ParseDSN(dsn)
 	if err != nil {
 		// The driver's message can quote the DSN: say what is wrong without it.
-		return "", "", fmt.Errorf("--%s: not a DSN of the form [NAME=]user:pass@tcp(host:port)/", kind)
+		return "", "", nil, fmt.Errorf("--%s: not a DSN of the form [NAME=]user:pass@tcp(host:port)/", kind)
 	}
 	if name == "" {
 		name = strings.NewReplacer("[", "", "]", "").Replace(cfg.Addr)
+		if !collector.ValidTargetName(name) {
+			// A socket path, a long host name: the address cannot be the
+			// target label, a name can.
+			return "", "", nil, fmt.Errorf("--%s: the DSN's address (%s) cannot name the target: put a name in front, "+
+				"such as --%s db1='user:pass@%s(...)/' (1 to 64 of A-Za-z0-9_.:-)", kind, cfg.Net, kind, cfg.Net)
+		}
 	}
-	if name == "" {
-		name = kind
-	}
-	return name, dsn, nil
+	return name, dsn, cfg, nil
 }
 
 func startLocalTop(ctx context.Context, proxysqlDSNs, mysqlDSNs []string, timeout time.Duration) (*localTop, error) {
 	cfg := collector.Config{Timeout: timeout}
+	targets := map[string]localTarget{}
 	for _, v := range proxysqlDSNs {
-		name, dsn, err := targetName("proxysql", v)
+		name, dsn, mc, err := targetName("proxysql", v)
 		if err != nil {
 			return nil, err
 		}
 		cfg.ProxySQL = append(cfg.ProxySQL, collector.ProxySQLConfig{Name: name, DSN: dsn})
+		targets["proxysql/"+name] = localTarget{kind: "proxysql", addr: mc.Addr, net: mc.Net}
 	}
 	for _, v := range mysqlDSNs {
-		name, dsn, err := targetName("mysql", v)
+		name, dsn, mc, err := targetName("mysql", v)
 		if err != nil {
 			return nil, err
 		}
 		// top is interactive: poll faster than the daemon's default.
 		cfg.MySQL = append(cfg.MySQL, collector.MySQLConfig{Name: name, DSN: dsn, Interval: 250 * time.Millisecond})
+		targets["mysql/"+name] = localTarget{kind: "mysql", addr: mc.Addr, net: mc.Net}
 	}
 	c, err := collector.New(cfg)
 	if err != nil {
 		return nil, err
 	}
 	runCtx, cancel := context.WithCancel(ctx)
-	l := &localTop{c: c, cancel: cancel}
+	l := &localTop{c: c, cancel: cancel, targets: targets}
 	l.done.Add(1)
 	go func() {
 		defer l.done.Done()
@@ -71,40 +89,49 @@ func startLocalTop(ctx context.Context, proxysqlDSNs, mysqlDSNs []string, timeou
 	return l, nil
 }
 
-// waitFirstPoll waits until every source has answered once, and says which
-// did not within timeout.
+// target describes a source's target for messages.
+func (l *localTop) target(s collector.SourceStatus) localTarget {
+	kind := "mysql"
+	if s.Source != collector.SourceMySQL {
+		kind = "proxysql"
+	}
+	t, ok := l.targets[kind+"/"+s.Target]
+	if !ok {
+		t = localTarget{kind: kind}
+	}
+	return t
+}
+
+// waitFirstPoll waits until every source has answered once. A failure that
+// waiting cannot fix (refused, wrong password, unknown database...) ends it
+// at once, with advice for that failure; others get the whole timeout.
 func (l *localTop) waitFirstPoll(ctx context.Context, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		ok, down := l.c.Ready()
+		ok, _ := l.c.Ready()
 		if ok {
 			return nil
 		}
-		// Wrong credentials will not get better by waiting.
-		denied := len(down) > 0
+		late := time.Now().After(deadline)
+		problems := map[string]string{} // one per target
 		for _, s := range l.c.Sources() {
-			if !s.Up && !strings.Contains(s.LastError, "Access denied") {
-				denied = false
+			t := l.target(s)
+			key := t.kind + "/" + s.Target
+			if s.Up || problems[key] != "" {
+				continue
+			}
+			switch {
+			case s.Failure.Permanent(), late && s.LastError != "":
+				problems[key] = explainFailure(t, s.Failure, s.LastError, timeout)
+			case late:
+				problems[key] = explainFailure(t, collector.FailureTimeout, "", timeout)
 			}
 		}
-		if denied || time.Now().After(deadline) {
-			var why []string
-			for _, s := range l.c.Sources() {
-				if !s.Up && s.LastError != "" {
-					why = append(why, s.Target+": "+s.LastError)
-				}
-			}
-			msg := fmt.Sprintf("no answer from %s within %v", strings.Join(down, ", "), timeout)
-			if denied {
-				msg = strings.Join(down, ", ") + " refused the login"
-			}
-			if len(why) > 0 {
-				msg += " (" + strings.Join(why, "; ") + ")"
-			}
-			return fmt.Errorf("%s: check the address and credentials "+
-				"(a MySQL account needs PROCESS and SELECT on performance_schema; ProxySQL needs its admin interface, port 6032)", msg)
+		if len(problems) > 0 {
+			msgs := slices.Sorted(maps.Values(problems))
+			return errors.New(strings.Join(msgs, "; "))
 		}
 		select {
 		case <-ctx.Done():

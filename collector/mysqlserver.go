@@ -424,7 +424,7 @@ func (m *mysqlTarget) apply(at time.Time, rows []serverRow, waits [][2]int64) {
 		if inTrx {
 			f := trx[tag]
 			f.count++
-			f.maxAge = max(f.maxAge, r.trxAge)
+			f.maxAge = max(f.maxAge, r.trxAge, 0) // a clock step can make TIMESTAMPDIFF negative
 			f.rowsLocked += r.rowsLocked
 			trx[tag] = f
 		}

@@ -587,9 +587,11 @@ func (s *SampleAttributor) intern(b []byte) string {
 	return t
 }
 
-// credit gives the waiting rows of the current sample their duration.
+// credit gives the waiting rows of the current sample their duration. A
+// sample time that went back (a clock step, recordings out of order)
+// credits nothing: held seconds never go backwards.
 func (s *SampleAttributor) credit(gap time.Duration) {
-	sec := min(gap, s.cfg.MaxSampleGap).Seconds()
+	sec := min(max(gap, 0), s.cfg.MaxSampleGap).Seconds()
 	for i := range s.held {
 		h := &s.held[i]
 		h.Seconds = sec

@@ -3,6 +3,7 @@ package collector
 import (
 	"context"
 	"database/sql"
+	"math"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -190,5 +191,32 @@ func TestSamplerForgetsTagBetweenTransactions(t *testing.T) {
 				t.Errorf("%d sampled holds of the second transaction, want 2: %+v", n, holds)
 			}
 		})
+	}
+}
+
+// TestSamplerOutOfOrderSamples: a recording whose sample times go back (a
+// clock step, files concatenated in the wrong order) credits no negative
+// hold: the analyze report's sampled seconds never go backwards.
+func TestSamplerOutOfOrderSamples(t *testing.T) {
+	const held = "\t0\t7\tapp\tshop\t127.0.0.1\t37926\t0\t127.0.0.1\t35558\t127.0.0.1\t3307\t"
+	lines := []string{
+		"2026-12-02T08:27:29.000" + held + "Query\t0\t/* conn_tag:a */ SELECT 1\t0\tNULL",
+		"2026-12-02T08:27:28.000" + held + "Query\t0\t/* conn_tag:a */ SELECT 1\t0\tNULL",
+		"2026-12-02T08:27:28.500" + held + "Query\t0\t/* conn_tag:a */ SELECT 1\t0\tNULL",
+		"2026-12-02T08:27:28.700" + held + "Query\t0\t/* conn_tag:a */ SELECT 1\t0\tNULL",
+	}
+	var total float64
+	s := NewSampleAttributor(ProcesslistConfig{}, nil, func(h *SampledHold) {
+		if h.Seconds < 0 {
+			t.Errorf("sampled hold at %s: %v s", h.At.Format(time.StampMilli), h.Seconds)
+		}
+		total += h.Seconds
+	})
+	for _, r := range processlistRows(t, lines...) {
+		s.Add(&r)
+	}
+	s.Flush()
+	if st := s.Stats(); st.HeldSeconds < 0 || math.Abs(total-0.9) > 1e-9 {
+		t.Errorf("held %v s (stats %v); want 0.9: 0 for the step back, 0.5 + 0.2 + 0.2", total, st.HeldSeconds)
 	}
 }

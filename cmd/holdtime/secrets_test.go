@@ -5,7 +5,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -73,7 +72,6 @@ func TestNoCommandEchoesAPassword(t *testing.T) {
 	notFound := httptest.NewServer(http.NotFoundHandler())
 	defer notFound.Close()
 	u404 := strings.Replace(notFound.URL, "http://", "http://u:"+secretPW+"@", 1)
-	tmp := t.TempDir()
 	cases := []struct {
 		name string
 		args []string
@@ -127,8 +125,11 @@ func TestNoCommandEchoesAPassword(t *testing.T) {
 		{"demo --listen DSN", []string{"demo", "--listen", dsn}, nil},
 		{"demo --duration DSN", []string{"demo", "--duration", dsn}, nil},
 		{"help of a DSN", []string{"help", dsn}, nil},
+		{"flashsale HOLDTIME_MYSQL_DSN", []string{"flashsale"}, map[string]string{"HOLDTIME_MYSQL_DSN": dsn}},
+		{"testenv up HOLDTIME_MYSQL_DSN", []string{"testenv", "up"}, map[string]string{"HOLDTIME_MYSQL_DSN": dsn}},
+		{"demo HOLDTIME_MYSQL_DSN", []string{"demo"}, map[string]string{"HOLDTIME_MYSQL_DSN": dsn}},
+		{"demo HOLDTIME_MYSQL_DSN bad form", []string{"demo"}, map[string]string{"HOLDTIME_MYSQL_DSN": "monitor:" + secretPW + "@tcp(x"}},
 	}
-	_ = tmp
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			for k, v := range tc.env {
@@ -153,5 +154,4 @@ func TestNoCommandEchoesAPassword(t *testing.T) {
 			t.Logf("%s", msg)
 		})
 	}
-	os.RemoveAll(tmp)
 }

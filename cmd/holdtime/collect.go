@@ -146,11 +146,15 @@ func flagsFromEnv(cmd *cobra.Command) error {
 				}
 			}
 			if kind := fl.Annotations[dsnAnnotation]; kind != nil && strings.Contains(v, ";") {
+				optional, form := kind[0] == "optional-name", "NAME=DSN"
+				if optional {
+					form = "[NAME=]DSN"
+				}
 				for i, part := range parts {
-					if !dsnValue(part, kind[0] == "optional-name") {
-						errs = append(errs, fmt.Errorf("%s: value %d of %d is not a %sDSN: ';' separates the values of %s, "+
+					if !dsnValue(part, optional) {
+						errs = append(errs, fmt.Errorf("%s: value %d of %d is not a %s: ';' separates the values of %s, "+
 							"so a password containing ';' cuts its DSN in two: give that DSN with --%s on the command line, "+
-							"or choose a password without ';'", name, i+1, len(parts), map[bool]string{true: "[NAME=]", false: "NAME="}[kind[0] == "optional-name"], name, fl.Name))
+							"or choose a password without ';'", name, i+1, len(parts), form, name, fl.Name))
 						return
 					}
 				}

@@ -42,7 +42,11 @@
 // /api/v1/top, /healthz, /readyz and (OTLP on) /v1/traces. `holdtime
 // collect` is a thin front end; `holdtime top` and the demo can use the same
 // API in-process. /api/v1/top answers a whole JSON document or a JSON
-// error ({"error": "..."}, 400 or 500), never a partial 200. No counter
+// error ({"error": "..."}, 400 or 500), never a partial 200. Its sources
+// say why one is down (last_error) and what kind of failure that is
+// (failure: connection_refused, timeout, access_denied, unknown_database,
+// ...; see FailureOf), so a front end can tell what to fix and whether
+// waiting helps. No counter
 // ever goes backwards or becomes NaN: a figure that would is dropped and
 // counted in holdtime_collector_malformed_rows_total.
 //

@@ -117,7 +117,10 @@ func (p *probeCmd) mysql(ctx context.Context) error {
 		// The parse error can quote the DSN, password included.
 		return errors.New("probe mysql: --dsn is not a go-sql-driver/mysql DSN: use user:pass@tcp(host:port)/")
 	}
-	mc.Timeout, mc.ReadTimeout, mc.WriteTimeout = p.timeout, p.timeout, p.timeout
+	// The context (--timeout) bounds the probe and says "no answer within";
+	// the read and write deadlines are a backstop set later, or their
+	// "invalid connection" would race it and name the wrong failure.
+	mc.Timeout, mc.ReadTimeout, mc.WriteTimeout = p.timeout, 2*p.timeout, 2*p.timeout
 	// The driver logs some failures (a connection closed mid-handshake) on
 	// its own: the probe says everything in its one line.
 	mc.Logger = &mysql.NopLogger{}

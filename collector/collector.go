@@ -261,6 +261,12 @@ func New(cfg Config) (*Collector, error) {
 		}
 		c.proxies = append(c.proxies, t)
 		c.st.register(p.Name, SourceProxySQLProcesslist)
+		// The proxy layer's headline: exact before sampled.
+		if p.EventsLog != "" {
+			c.st.setHeadline(p.Name, SourceProxySQLEvents)
+		} else {
+			c.st.setHeadline(p.Name, SourceProxySQLProcesslist)
+		}
 	}
 	for _, m := range cfg.MySQL {
 		t, err := newMySQLTarget(c, m)
@@ -269,7 +275,7 @@ func New(cfg Config) (*Collector, error) {
 			return nil, fmt.Errorf("collector config: mysql target %q: %w", m.Name, err)
 		}
 		c.mysqls = append(c.mysqls, t)
-		c.st.register(m.Name, SourceMySQL)
+		c.st.setHeadline(m.Name, SourceMySQL)
 	}
 	if cfg.RecordDir != "" {
 		if err := os.MkdirAll(cfg.RecordDir, 0o755); err != nil {
@@ -283,8 +289,8 @@ func New(cfg Config) (*Collector, error) {
 	}
 	if cfg.OTLP.Enabled {
 		c.otlp = &otlpReceiver{c: c, target: cfg.OTLP.Target, maxBody: cfg.OTLP.MaxBodyBytes}
-		c.st.register(cfg.OTLP.Target, SourceOTLP)
-		c.st.success(cfg.OTLP.Target, SourceOTLP)
+		// Waiting until the first export: up only while spans arrive.
+		c.st.setHeadline(cfg.OTLP.Target, SourceOTLP)
 	}
 	return c, nil
 }
@@ -325,12 +331,6 @@ func (c *Collector) Run(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// Top ranks tags by occupancy over window (10s, 1m or 5m; others are
-// rounded to the nearest of these).
-func (c *Collector) Top(window time.Duration) []TopRow {
-	return c.st.top(roundWindow(window))
-}
-
 func roundWindow(w time.Duration) time.Duration {
 	switch {
 	case w <= 30*time.Second:
@@ -339,20 +339,6 @@ func roundWindow(w time.Duration) time.Duration {
 		return time.Minute
 	}
 	return 5 * time.Minute
-}
-
-// Ready reports whether every configured source has succeeded at least once
-// and is up now.
-func (c *Collector) Ready() (bool, []string) {
-	c.st.mu.Lock()
-	defer c.st.mu.Unlock()
-	var down []string
-	for k, sr := range c.st.series {
-		if !sr.up {
-			down = append(down, k.target+"/"+string(k.source))
-		}
-	}
-	return len(down) == 0, down
 }
 
 // poller runs one poll function of one source at its interval, marking the

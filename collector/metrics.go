@@ -19,6 +19,11 @@ type metricsCollector struct {
 	clientConns, activeTrx, getFails *prometheus.Desc
 	trx, trxAge, rowsLocked, waits   *prometheus.Desc
 	up, lastSuccess, overflow, bad   *prometheus.Desc
+	state, degraded                  *prometheus.Desc
+
+	layerHold, layerIdle, layerActive *prometheus.Desc
+	layerStmts, layerErrs             *prometheus.Desc
+	layerSessions, layerSource        *prometheus.Desc
 }
 
 func newMetricsCollector(s *store) *metricsCollector {
@@ -26,16 +31,26 @@ func newMetricsCollector(s *store) *metricsCollector {
 	pinLabels := []string{"target", "conn_tag", "reason"}
 	poolLabels := []string{"target", "hostgroup", "server"}
 	srcLabels := []string{"target", "source"}
+	layerLabels := []string{"target", "layer", "conn_tag"}
 	d := prometheus.NewDesc
+	const perSource = " Per source, for cross-checks: one hold is seen by several sources of a layer, so never sum this over source; use holdtime_collector_layer_*."
 	return &metricsCollector{
 		s:      s,
-		hold:   d("holdtime_collector_hold_seconds_total", "Seconds connections were held, per tag: backend hold at ProxySQL, server-side hold at MySQL, pool hold in the app (otlp).", tagLabels, nil),
-		idle:   d("holdtime_collector_idle_hold_seconds_total", "Seconds connections were held with no statement running, per tag.", tagLabels, nil),
-		active: d("holdtime_collector_active_seconds_total", "Seconds spent inside statements, per tag.", tagLabels, nil),
-		stmts:  d("holdtime_collector_statements_total", "Statements per tag (events log, digests, server statement history, app spans).", tagLabels, nil),
-		errs:   d("holdtime_collector_statement_errors_total", "Statements that failed, per tag.", tagLabels, nil),
+		hold:   d("holdtime_collector_hold_seconds_total", "Seconds connections were held, per tag: backend hold at ProxySQL, server-side hold at MySQL, pool hold in the app (otlp)."+perSource, tagLabels, nil),
+		idle:   d("holdtime_collector_idle_hold_seconds_total", "Seconds connections were held with no statement running, per tag."+perSource, tagLabels, nil),
+		active: d("holdtime_collector_active_seconds_total", "Seconds spent inside statements, per tag."+perSource, tagLabels, nil),
+		stmts:  d("holdtime_collector_statements_total", "Statements per tag (events log, digests, server statement history, app spans)."+perSource, tagLabels, nil),
+		errs:   d("holdtime_collector_statement_errors_total", "Statements that failed, per tag."+perSource, tagLabels, nil),
 
-		sessions:   d("holdtime_collector_sessions", "Sessions currently holding a backend (ProxySQL) or server connection (MySQL), per tag.", tagLabels, nil),
+		layerHold:     d("holdtime_collector_layer_hold_seconds_total", "Seconds connections were held per tag at a layer (app: client pool, proxy: ProxySQL backend, server: MySQL connection), from the layer's headline source (holdtime_collector_layer_source). rate() is occupancy; sum over target, never over layer.", layerLabels, nil),
+		layerIdle:     d("holdtime_collector_layer_idle_hold_seconds_total", "Seconds connections were held with no statement running, per tag and layer, from the layer's headline source.", layerLabels, nil),
+		layerActive:   d("holdtime_collector_layer_active_seconds_total", "Seconds spent inside statements, per tag and layer, from the layer's headline source.", layerLabels, nil),
+		layerStmts:    d("holdtime_collector_layer_statements_total", "Statements per tag and layer, from the layer's headline source.", layerLabels, nil),
+		layerErrs:     d("holdtime_collector_layer_statement_errors_total", "Failed statements per tag and layer, from the layer's headline source.", layerLabels, nil),
+		layerSessions: d("holdtime_collector_layer_sessions", "Sessions holding a connection now, per tag and layer (proxy: from stats_mysql_processlist, server: from the processlist).", layerLabels, nil),
+		layerSource:   d("holdtime_collector_layer_source", "1 for the headline source of each target and layer: the source of holdtime_collector_layer_* (exact before sampled, sampled before inferred).", []string{"target", "layer", "source"}, nil),
+
+		sessions:   d("holdtime_collector_sessions", "Sessions currently holding a backend (ProxySQL) or server connection (MySQL), per tag."+perSource, tagLabels, nil),
 		pinned:     d("holdtime_collector_pinned_sessions", "ProxySQL sessions idle with a backend attached, per tag and the reason multiplexing is off.", pinLabels, nil),
 		pinnedSecs: d("holdtime_collector_pinned_seconds_total", "Seconds ProxySQL sessions were idle with a backend attached, per tag and reason.", pinLabels, nil),
 
@@ -52,8 +67,10 @@ func newMetricsCollector(s *store) *metricsCollector {
 		rowsLocked: d("holdtime_mysql_rows_locked", "Rows locked by open InnoDB transactions per tag.", []string{"target", "conn_tag"}, nil),
 		waits:      d("holdtime_mysql_lock_waits", "InnoDB lock waits by the tag of the waiting and of the blocking session.", []string{"target", "waiter_tag", "blocker_tag"}, nil),
 
-		up:          d("holdtime_source_up", "1 when the source's last poll succeeded, 0 when it is down (its gauges are then absent, not zero).", srcLabels, nil),
-		lastSuccess: d("holdtime_source_last_success_timestamp_seconds", "Unix time of the source's last successful poll.", srcLabels, nil),
+		up:          d("holdtime_source_up", "1 when the source answers (state up or degraded); 0 when it is down (its gauges are then absent, not zero) or waiting (before its first poll; OTLP: no export yet or for holdtime's PushIdle).", srcLabels, nil),
+		lastSuccess: d("holdtime_source_last_success_timestamp_seconds", "Unix time of the source's last successful poll (OTLP: last accepted export).", srcLabels, nil),
+		state:       d("holdtime_source_state", "1 for the source's current state, 0 for the others: up, degraded (answers, figures incomplete: see holdtime_source_degraded), down, waiting (nothing to report yet, not a failure).", []string{"target", "source", "state"}, nil),
+		degraded:    d("holdtime_source_degraded", "1 for each reason an up source's figures are incomplete (for example history_long_consumer_off); /api/v1/top says what to do.", []string{"target", "source", "reason"}, nil),
 		overflow:    d("holdtime_collector_tags_overflow_total", "Observations (app spans, events log holds, sampled rows, polls' per-tag figures) whose tag went to conn_tag=\"overflow\" because the source had reached the cap on distinct tags.", srcLabels, nil),
 		bad:         d("holdtime_collector_malformed_rows_total", "Rows and lines counted and skipped because they could not be parsed.", srcLabels, nil),
 	}
@@ -64,7 +81,8 @@ func newMetricsCollector(s *store) *metricsCollector {
 func (m *metricsCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{m.hold, m.idle, m.active, m.stmts, m.errs, m.sessions, m.pinned, m.pinnedSecs,
 		m.poolConns, m.poolErrs, m.poolQueries, m.poolLatency, m.clientConns, m.activeTrx, m.getFails,
-		m.trx, m.trxAge, m.rowsLocked, m.waits, m.up, m.lastSuccess, m.overflow, m.bad} {
+		m.trx, m.trxAge, m.rowsLocked, m.waits, m.up, m.lastSuccess, m.overflow, m.bad, m.state, m.degraded,
+		m.layerHold, m.layerIdle, m.layerActive, m.layerStmts, m.layerErrs, m.layerSessions, m.layerSource} {
 		ch <- d
 	}
 }
@@ -76,9 +94,37 @@ func (m *metricsCollector) Collect(ch chan<- prometheus.Metric) {
 	defer s.mu.Unlock()
 	c := prometheus.CounterValue
 	g := prometheus.GaugeValue
+	now := s.now()
+	for tl, src := range s.headline {
+		ch <- prometheus.MustNewConstMetric(m.layerSource, g, 1, tl.target, string(tl.layer), string(src))
+	}
 	for k, sr := range s.series {
 		t, src := k.target, string(k.source)
-		ch <- prometheus.MustNewConstMetric(m.up, g, b2f(sr.up), t, src)
+		st := s.status(k, sr, now)
+		ch <- prometheus.MustNewConstMetric(m.up, g, b2f(st.Up), t, src)
+		for _, state := range SourceStates {
+			ch <- prometheus.MustNewConstMetric(m.state, g, b2f(st.State == state), t, src, state)
+		}
+		for _, dg := range sr.degraded {
+			ch <- prometheus.MustNewConstMetric(m.degraded, g, 1, t, src, dg.Reason)
+		}
+		layer := string(k.source.Layer())
+		headline := s.isHeadline(k)
+		if headline {
+			for tag, e := range sr.tags {
+				ch <- prometheus.MustNewConstMetric(m.layerHold, c, e.total.hold, t, layer, tag)
+				ch <- prometheus.MustNewConstMetric(m.layerIdle, c, e.total.idle, t, layer, tag)
+				ch <- prometheus.MustNewConstMetric(m.layerActive, c, e.total.active, t, layer, tag)
+				ch <- prometheus.MustNewConstMetric(m.layerStmts, c, e.total.stmts, t, layer, tag)
+				ch <- prometheus.MustNewConstMetric(m.layerErrs, c, e.total.errors, t, layer, tag)
+			}
+		}
+		if gs := sr.gauges; gs != nil && layer != "" && gaugeSource(k.source.Layer()) == k.source &&
+			s.headline[targetLayer{t, k.source.Layer()}] != "" {
+			for tag, n := range gs.sessions {
+				ch <- prometheus.MustNewConstMetric(m.layerSessions, g, float64(n), t, layer, tag)
+			}
+		}
 		if !sr.lastSuccess.IsZero() {
 			ch <- prometheus.MustNewConstMetric(m.lastSuccess, g, float64(sr.lastSuccess.UnixMilli())/1e3, t, src)
 		}

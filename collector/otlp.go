@@ -95,6 +95,8 @@ func (o *otlpReceiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rejected := o.ingest(&req)
+	// Every accepted export, spans or not, shows the app's exporter works.
+	o.c.st.success(o.target, SourceOTLP)
 	resp := &coltrace.ExportTraceServiceResponse{}
 	if rejected > 0 {
 		resp.PartialSuccess = &coltrace.ExportTracePartialSuccess{RejectedSpans: rejected,

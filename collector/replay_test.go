@@ -109,7 +109,9 @@ func TestReplayWorkloadAccuracy(t *testing.T) {
 		t.Errorf("with the events log %.3f s stays unknown", unknownWith)
 	}
 	with.now = func() time.Time { return time.Unix(1_800_000_005, 0) }
-	top := with.top(time.Minute)
+	with.setHeadline("px", SourceProxySQLEvents)
+	top, _ := with.top(time.Minute)
+	top = rank(top, TopQuery{})
 	if len(top) == 0 || top[0].Tag != "checkout_tax_quote" || top[0].Source != SourceProxySQLEvents {
 		t.Errorf("top: %+v; want checkout_tax_quote first, from the events log", top)
 	}

@@ -2,7 +2,6 @@ package collector
 
 import (
 	"math"
-	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -24,11 +23,6 @@ const (
 	// stats_mysql_connection_pool and stats_mysql_global has no per-tag figures.
 	SourceProxySQLPool Source = "proxysql_pool"
 )
-
-// headlinePriority orders the sources whose hold figures lead a TopRow: the
-// exact events log first, then sampling at the proxy, the server, the app.
-// The digest source has statement time but no hold, so it comes last.
-var headlinePriority = [...]Source{SourceProxySQLEvents, SourceProxySQLProcesslist, SourceMySQL, SourceOTLP, SourceProxySQLDigest}
 
 // figures are the additive per-tag quantities. Seconds are float64 because
 // sampled holds are fractions of a sample interval.
@@ -132,6 +126,16 @@ type series struct {
 	lastError   string  // scrubbed of the DSN's password; "" while up
 	failure     Failure // the kind of lastError
 	gauges      *gauges // nil while the source is down: stale, not zero
+	// since is when the source's figures begin: its first success (a poll
+	// source credits from its first poll on), or the collector's start for
+	// a push source, whose first export may carry holds from before it.
+	since time.Time
+	// degraded lists why an up source's figures are incomplete; nil when
+	// they are not.
+	degraded []Degradation
+	// lowerBound is the last time the source could not keep up and its
+	// statement count became a lower bound.
+	lowerBound time.Time
 }
 
 // gauges are the current-state figures a poll replaces as a whole.
@@ -179,10 +183,15 @@ type store struct {
 	started time.Time
 	now     func() time.Time
 	series  map[seriesKey]*series
+	// headline names the source whose figures are each (target, layer)'s,
+	// fixed by the configuration so that layer counters never switch
+	// sources (and jump) between polls.
+	headline map[targetLayer]Source
 }
 
 func newStore(maxTags int, now func() time.Time) *store {
-	return &store{maxTags: maxTags, now: now, started: now(), series: make(map[seriesKey]*series)}
+	return &store{maxTags: maxTags, now: now, started: now(), series: make(map[seriesKey]*series),
+		headline: make(map[targetLayer]Source)}
 }
 
 // get returns the series of (target, source), creating it. Callers hold mu.
@@ -318,6 +327,9 @@ func (s *store) success(target string, source Source) {
 	sr.up = true
 	sr.lastSuccess = s.now()
 	sr.lastError, sr.failure = "", ""
+	if sr.since.IsZero() {
+		sr.since = sr.lastSuccess
+	}
 }
 
 // failure marks (target, source) down and drops its gauges: a dead source's
@@ -330,6 +342,7 @@ func (s *store) failure(target string, source Source, why string, kind Failure) 
 	sr.up = false
 	sr.gauges = nil
 	sr.lastError, sr.failure = why, kind
+	sr.degraded = nil
 }
 
 // register makes (target, source) known, down until its first success.
@@ -356,154 +369,4 @@ func (s *store) malformed(target string, source Source, n int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.get(target, source).malformed += float64(n)
-}
-
-// Windows that Top accepts.
-var topWindows = map[string]time.Duration{"10s": 10 * time.Second, "1m": time.Minute, "5m": 5 * time.Minute}
-
-// TopRow is one tag in the ranking of Collector.Top: its figures over the
-// window from the best source that saw it (Source), and every source's
-// figures in Sources.
-type TopRow struct {
-	Tag string `json:"tag"`
-	// Occupancy is hold-seconds per second: the average number of
-	// connections the tag kept busy over the window.
-	Occupancy       float64 `json:"occupancy"`
-	HoldSeconds     float64 `json:"hold_seconds"`
-	IdleHoldSeconds float64 `json:"idle_hold_seconds"`
-	ActiveSeconds   float64 `json:"active_seconds"`
-	IdleShare       float64 `json:"idle_share"`
-	Statements      float64 `json:"statements"`
-	Errors          float64 `json:"errors"`
-	Sessions        int     `json:"sessions"`
-	PinnedSessions  int     `json:"pinned_sessions"`
-	// Source is where the figures above come from.
-	Source Source `json:"source"`
-	// Stale is set when a target of Source is down: the figures are what
-	// it reported before it went down.
-	Stale   bool                      `json:"stale,omitempty"`
-	Sources map[Source]*SourceFigures `json:"sources"`
-}
-
-// SourceFigures are one source's figures for a tag in a TopRow, summed over
-// the source's targets.
-type SourceFigures struct {
-	Occupancy       float64  `json:"occupancy"`
-	HoldSeconds     float64  `json:"hold_seconds"`
-	IdleHoldSeconds float64  `json:"idle_hold_seconds"`
-	ActiveSeconds   float64  `json:"active_seconds"`
-	Statements      float64  `json:"statements"`
-	Errors          float64  `json:"errors"`
-	Sessions        int      `json:"sessions"`
-	PinnedSessions  int      `json:"pinned_sessions"`
-	Targets         []string `json:"targets"`
-	Stale           bool     `json:"stale,omitempty"`
-}
-
-// top ranks tags over window w.
-func (s *store) top(w time.Duration) []TopRow {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	now := s.now()
-	rows := map[string]*TopRow{}
-	for k, sr := range s.series {
-		for tag, e := range sr.tags {
-			sum, span := e.window(now, w)
-			span = min(span, max(now.Sub(s.started).Seconds(), 1))
-			var sessions, pinned int
-			if g := sr.gauges; g != nil {
-				sessions = g.sessions[tag]
-				for tr, n := range g.pinned {
-					if tr[0] == tag {
-						pinned += n
-					}
-				}
-			}
-			if sum == (figures{}) && sessions == 0 && pinned == 0 {
-				continue
-			}
-			r := rows[tag]
-			if r == nil {
-				r = &TopRow{Tag: tag, Sources: map[Source]*SourceFigures{}}
-				rows[tag] = r
-			}
-			sf := r.Sources[k.source]
-			if sf == nil {
-				sf = &SourceFigures{}
-				r.Sources[k.source] = sf
-			}
-			sf.HoldSeconds += sum.hold
-			sf.IdleHoldSeconds += sum.idle
-			sf.ActiveSeconds += sum.active
-			sf.Statements += sum.stmts
-			sf.Errors += sum.errors
-			sf.Occupancy += sum.hold / span
-			sf.Sessions += sessions
-			sf.PinnedSessions += pinned
-			sf.Targets = append(sf.Targets, k.target)
-			sf.Stale = sf.Stale || !sr.up
-		}
-	}
-	out := make([]TopRow, 0, len(rows))
-	for _, r := range rows {
-		for _, src := range headlinePriority {
-			sf := r.Sources[src]
-			if sf == nil {
-				continue
-			}
-			sort.Strings(sf.Targets)
-			if r.Source == "" {
-				r.Source = src
-				r.Occupancy, r.HoldSeconds, r.IdleHoldSeconds = sf.Occupancy, sf.HoldSeconds, sf.IdleHoldSeconds
-				r.ActiveSeconds, r.Statements, r.Errors = sf.ActiveSeconds, sf.Statements, sf.Errors
-				r.Sessions, r.PinnedSessions, r.Stale = sf.Sessions, sf.PinnedSessions, sf.Stale
-				if r.HoldSeconds > 0 {
-					r.IdleShare = r.IdleHoldSeconds / r.HoldSeconds
-				}
-			}
-		}
-		out = append(out, *r)
-	}
-	sortTop(out, "occupancy")
-	return out
-}
-
-// TopSortKeys are the keys SortTop and /api/v1/top?sort= accept.
-var TopSortKeys = []string{"occupancy", "hold", "idle", "idle_share", "active", "statements", "errors", "sessions", "pinned", "tag"}
-
-// SortTop orders rows by key, largest first (tag: alphabetical; ties by
-// tag). An unknown key sorts by occupancy.
-func SortTop(rows []TopRow, key string) { sortTop(rows, key) }
-
-func sortTop(rows []TopRow, key string) {
-	val := func(r *TopRow) float64 {
-		switch key {
-		case "hold":
-			return r.HoldSeconds
-		case "idle":
-			return r.IdleHoldSeconds
-		case "idle_share":
-			return r.IdleShare
-		case "active":
-			return r.ActiveSeconds
-		case "statements":
-			return r.Statements
-		case "errors":
-			return r.Errors
-		case "sessions":
-			return float64(r.Sessions)
-		case "pinned":
-			return float64(r.PinnedSessions)
-		}
-		return r.Occupancy
-	}
-	sort.SliceStable(rows, func(i, j int) bool {
-		if key == "tag" {
-			return rows[i].Tag < rows[j].Tag
-		}
-		if vi, vj := val(&rows[i]), val(&rows[j]); vi != vj {
-			return vi > vj
-		}
-		return rows[i].Tag < rows[j].Tag
-	})
 }

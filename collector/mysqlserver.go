@@ -2,60 +2,140 @@ package collector
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/go-sql-driver/mysql"
 )
 
-// Server-side queries, three per poll (plus SELECT VERSION() once per
-// connection). The poller's own session is left out of each.
+// CollectorMarker starts every statement the MySQL source sends. It never
+// credits a session running a statement that starts with it, nor counts
+// such statements: collectors and `holdtime top --mysql` polling the same
+// server never show up as a tag, nor as untagged. (ProxySQL lists no admin
+// sessions in stats_mysql_processlist: polls of the admin interface need
+// no marker.)
+const CollectorMarker = "/* holdtime:collector */ "
+
+// isCollectorStatement reports whether q is one of the collector's own.
+func isCollectorStatement(q string) bool { return strings.HasPrefix(q, CollectorMarker) }
+
+// Server-side queries: three per poll, and the setup queries once per
+// connection and every setupEvery.
 const (
 	// Sessions and their InnoDB transaction. INNODB_TRX lists a transaction
 	// once it has touched InnoDB (BEGIN alone does not show).
-	queryServerSessions = `SELECT p.ID, p.COMMAND, p.INFO, t.trx_id IS NOT NULL, ` +
+	queryServerSessions = CollectorMarker + `SELECT p.ID, p.COMMAND, p.INFO, t.trx_id IS NOT NULL, ` +
 		`COALESCE(TIMESTAMPDIFF(SECOND, t.trx_started, NOW()), 0), COALESCE(t.trx_rows_locked, 0) ` +
 		`FROM information_schema.PROCESSLIST p LEFT JOIN information_schema.INNODB_TRX t ON t.trx_mysql_thread_id = p.ID ` +
 		`WHERE p.ID <> CONNECTION_ID() AND p.USER <> 'system user' ` +
 		`AND p.COMMAND NOT IN ('Daemon', 'Binlog Dump', 'Binlog Dump GTID')`
-	// The last statements of every session (10 per thread by default):
-	// the tag of a session idle in a transaction, statements and errors.
-	// SQL_TEXT keeps comments, unlike statement digests.
-	queryServerHistory = `SELECT t.PROCESSLIST_ID, h.EVENT_ID, h.SQL_TEXT, h.ERRORS, h.TIMER_WAIT ` +
-		`FROM performance_schema.events_statements_history h ` +
-		`JOIN performance_schema.threads t ON t.THREAD_ID = h.THREAD_ID ` +
-		`WHERE t.PROCESSLIST_ID IS NOT NULL AND t.PROCESSLIST_ID <> CONNECTION_ID() AND h.SQL_TEXT IS NOT NULL`
+	// Running statements (with the time they ran so far: TIMER_WAIT of an
+	// unfinished event is the time elapsed, on MariaDB 10.6+ and MySQL
+	// 5.7+), our own one included: its TIMER_END is the server's timer now.
+	queryRunning = `SELECT s.THREAD_ID, t.PROCESSLIST_ID, t.PROCESSLIST_ID = CONNECTION_ID(), s.EVENT_ID, 1, ` +
+		`s.SQL_TEXT, s.ERRORS, s.TIMER_WAIT, s.TIMER_END ` +
+		`FROM performance_schema.events_statements_current s JOIN performance_schema.threads t ON t.THREAD_ID = s.THREAD_ID ` +
+		`WHERE s.END_EVENT_ID IS NULL AND s.NESTING_EVENT_LEVEL = 0`
+	// Statements that completed since the last read (TIMER_END is the
+	// server's timer, picoseconds since it started). SQL_TEXT keeps
+	// comments, unlike statement digests. history_long keeps the rows of
+	// threads that ended, so a client that disconnects right after its
+	// statement is still counted; the LEFT JOIN keeps them.
+	queryCompletedFmt = `SELECT h.THREAD_ID, t.PROCESSLIST_ID, 0, h.EVENT_ID, 0, h.SQL_TEXT, h.ERRORS, h.TIMER_WAIT, h.TIMER_END ` +
+		`FROM performance_schema.%s h LEFT JOIN performance_schema.threads t ON t.THREAD_ID = h.THREAD_ID ` +
+		`WHERE h.TIMER_END > ? AND h.NESTING_EVENT_LEVEL = 0 AND h.SQL_TEXT IS NOT NULL%s`
 	// MariaDB (10.6+, and MySQL 5.7) keep lock waits in information_schema.
-	queryLockWaitsMariaDB = `SELECT r.trx_mysql_thread_id, b.trx_mysql_thread_id ` +
+	queryLockWaitsMariaDB = CollectorMarker + `SELECT r.trx_mysql_thread_id, b.trx_mysql_thread_id ` +
 		`FROM information_schema.INNODB_LOCK_WAITS w ` +
 		`JOIN information_schema.INNODB_TRX r ON r.trx_id = w.requesting_trx_id ` +
 		`JOIN information_schema.INNODB_TRX b ON b.trx_id = w.blocking_trx_id`
 	// MySQL 8.0 moved them to performance_schema.data_lock_waits, keyed by
 	// performance_schema thread ids. Not run by this repository's CI
 	// (MariaDB only): keep it this small.
-	queryLockWaitsMySQL8 = `SELECT r.PROCESSLIST_ID, b.PROCESSLIST_ID ` +
+	queryLockWaitsMySQL8 = CollectorMarker + `SELECT r.PROCESSLIST_ID, b.PROCESSLIST_ID ` +
 		`FROM performance_schema.data_lock_waits w ` +
 		`JOIN performance_schema.threads r ON r.THREAD_ID = w.REQUESTING_THREAD_ID ` +
 		`JOIN performance_schema.threads b ON b.THREAD_ID = w.BLOCKING_THREAD_ID`
+
+	queryVersion   = CollectorMarker + `SELECT VERSION()`
+	queryUptime    = CollectorMarker + `SHOW GLOBAL STATUS LIKE 'Uptime'`
+	queryPerfOn    = CollectorMarker + `SELECT @@performance_schema`
+	queryConsumers = CollectorMarker + `SELECT NAME, ENABLED FROM performance_schema.setup_consumers ` +
+		`WHERE NAME IN ('global_instrumentation', 'thread_instrumentation', 'events_statements_current', ` +
+		`'events_statements_history', 'events_statements_history_long')`
 )
 
 // serverQueriesPerPoll is what one poll costs the server, stated in the
 // docs and checked by a test.
 const serverQueriesPerPoll = 3
 
+// setupEvery is how often the source re-reads performance_schema's
+// settings, so a consumer a DBA turned on (the fix of a degraded source) is
+// used without a restart of the collector.
+const setupEvery = 30 * time.Second
+
+// timerMargin is how far before the newest TIMER_END seen the next read of
+// completed statements starts: a statement is timed before it enters the
+// history table, so one that ended just before another may be stored just
+// after it (by far more than the microseconds in between when its thread
+// is descheduled on a busy machine). Rows read twice are recognised by
+// (THREAD_ID, EVENT_ID).
+const timerMargin = uint64(500 * time.Millisecond / time.Nanosecond * 1000) // picoseconds
+
+// stmtTable is where completed statements are read from.
+type stmtTable string
+
+const (
+	tableHistoryLong stmtTable = "events_statements_history_long" // every statement, until the ring wraps
+	tableHistory     stmtTable = "events_statements_history"      // the last 10 per live thread: a sample
+	tableCurrent     stmtTable = "events_statements_current"      // the last one per live thread: a sample
+)
+
+// stmtKey identifies a statement event.
+type stmtKey struct{ thread, event uint64 }
+
+// stmtRow is a row of the statements query.
+type stmtRow struct {
+	key     stmtKey
+	pid     int64 // processlist id; 0 for a thread that ended
+	own     bool
+	running bool
+	text    string
+	errs    int64
+	wait    sql.NullInt64 // picoseconds
+	end     uint64
+	hasEnd  bool
+}
+
+// runningStmt is a statement outside a transaction credited while it runs:
+// at completion only its TIMER_WAIT minus what was credited is added.
+type runningStmt struct {
+	credited float64 // seconds
+	tag      string
+	seen     time.Time // last poll that saw it running
+}
+
 type serverSession struct {
-	lastEvent int64  // highest statement EVENT_ID counted
+	lastEvent uint64 // highest statement EVENT_ID seen
 	tag       string // tag of the current transaction's last statement; "" unknown yet
-	tagEvent  int64  // the EVENT_ID that set tag
+	tagEvent  uint64 // the EVENT_ID that set tag
 	ended     bool   // its last statement was a COMMIT/ROLLBACK
 	seen      bool   // listed by the current poll
-	inTrx     bool   // in a transaction at the last poll
-	// exact is the time of the statements that completed since the last
-	// poll, per tag, from performance_schema: credited as they are when the
-	// session was not in a transaction (see apply).
-	exact map[string]float64
+	// touched is set when the current poll read statements of the
+	// session: one that connected after the processlist was read is kept.
+	touched bool
+	inTrx   bool // in a transaction at the last poll
+	// openBegin is the start (server timer) of the BEGIN of the
+	// transaction performance_schema shows open; 0 when none is.
+	openBegin uint64
 }
 
 type serverRow struct {
@@ -72,6 +152,15 @@ type heldRow struct {
 	tag   string
 	idle  bool
 	inTrx bool
+	// carry is hold already measured (a transaction's time from its BEGIN
+	// to this poll) waiting for the next poll to name its tag.
+	carry figures
+}
+
+// statementSetup is what performance_schema offers the source.
+type statementSetup struct {
+	running bool      // events_statements_current: running statements' elapsed time
+	table   stmtTable // completed statements; "" none
 }
 
 // mysqlTarget polls one MySQL/MariaDB server.
@@ -79,19 +168,34 @@ type mysqlTarget struct {
 	c      *Collector
 	cfg    MySQLConfig
 	secret string
+	user   string
 	db     *sql.DB
 	causes *causeLogger
 
-	mu        sync.Mutex
-	mysql8    sql.NullBool // lock wait query flavour, detected per connection
+	mu     sync.Mutex
+	conn   *sql.Conn    // kept across polls: a new one means the setup is read again
+	mysql8 sql.NullBool // lock wait query flavour
+	// lastPoll is when the last successful poll read the server: one
+	// that started later restarted since.
+	lastPoll time.Time
+	setup    statementSetup
+	// setupAt is when the setup was last read; zero forces a read.
+	setupAt time.Time
+
 	sessions  map[int64]*serverSession
-	held      []heldRow // rows of the previous poll, credited at the next
+	held      []heldRow // rows of the previous poll sampled at the next
 	prevAt    time.Time
 	maxGap    time.Duration
 	tagBuf    []byte
 	batch     map[string]*tagDelta
-	historyOK bool
-	primed    bool
+	primed    bool // completed statements read once: later reads count
+	watermark uint64
+	seenStmts map[stmtKey]uint64 // completed statements within timerMargin of watermark, by TIMER_END
+	lastMax   stmtKey            // the completed statement with TIMER_END == watermark
+	running   map[stmtKey]*runningStmt
+	stmts     []stmtRow  // reused
+	fresh     []*stmtRow // reused
+	stmtAt    time.Time  // when the statements query was sent: the time of timerNow
 }
 
 func newMySQLTarget(c *Collector, cfg MySQLConfig) (*mysqlTarget, error) {
@@ -99,12 +203,16 @@ func newMySQLTarget(c *Collector, cfg MySQLConfig) (*mysqlTarget, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The statements query has one parameter: inline it rather than
+	// prepare a statement per poll.
+	mc.InterpolateParams = true
 	db, err := openDB(mc, 1)
 	if err != nil {
 		return nil, err
 	}
-	return &mysqlTarget{c: c, cfg: cfg, secret: mc.Passwd, db: db, causes: mc.Logger.(*causeLogger), sessions: map[int64]*serverSession{},
-		maxGap: max(4*cfg.Interval, time.Second), batch: map[string]*tagDelta{}, historyOK: true}, nil
+	return &mysqlTarget{c: c, cfg: cfg, secret: mc.Passwd, user: mc.User, db: db, causes: mc.Logger.(*causeLogger),
+		sessions: map[int64]*serverSession{}, maxGap: max(4*cfg.Interval, time.Second), batch: map[string]*tagDelta{},
+		seenStmts: map[stmtKey]uint64{}, running: map[stmtKey]*runningStmt{}}, nil
 }
 
 func (m *mysqlTarget) start(ctx context.Context, wg *sync.WaitGroup) {
@@ -112,16 +220,28 @@ func (m *mysqlTarget) start(ctx context.Context, wg *sync.WaitGroup) {
 	wg.Go(func() { p.run(ctx) })
 }
 
-func (m *mysqlTarget) close() error { return m.db.Close() }
+func (m *mysqlTarget) close() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.conn != nil {
+		m.conn.Close()
+		m.conn = nil
+	}
+	return m.db.Close()
+}
 
 // tagOfStatement parses a statement's tag. Statements that drivers and
 // wrappers send on their own, untagged, say nothing ("", false): BEGIN,
 // COMMIT, ROLLBACK, SET autocommit, SET TRANSACTION (go-sql-driver/mysql
 // sends it before START TRANSACTION for an isolation level), SET NAMES and
-// SELECT CONNECTION_ID() (conntag.WithSessionID). Otherwise the session
-// would be credited to "untagged" between a transaction's start and its
-// first statement, and a pooled session to whatever ran last.
+// SELECT CONNECTION_ID() (conntag.WithSessionID); so do a collector's own
+// statements. Otherwise the session would be credited to "untagged"
+// between a transaction's start and its first statement, and a pooled
+// session to whatever ran last.
 func (m *mysqlTarget) tagOfStatement(q string) (string, bool) {
+	if isCollectorStatement(q) {
+		return "", false
+	}
 	b := []byte(q)
 	if class, _, _ := classify(b); class == classBegin || class == classCommit ||
 		class == classAutocommitOff || class == classAutocommitOn {
@@ -164,32 +284,232 @@ func boundary(q string) (begin, end bool) {
 func (m *mysqlTarget) poll(ctx context.Context) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	// One connection for the three queries, so CONNECTION_ID() is ours.
-	conn, err := m.db.Conn(ctx)
-	if err != nil {
-		m.mysql8 = sql.NullBool{}
-		return fmt.Errorf("connect: %w", err)
+	err := m.pollLocked(ctx)
+	if err != nil && m.conn != nil {
+		// Whatever failed, the next poll starts on a fresh connection and
+		// reads the setup again (a restarted server shows there).
+		m.conn.Close()
+		m.conn = nil
 	}
-	defer conn.Close()
+	return err
+}
+
+func (m *mysqlTarget) pollLocked(ctx context.Context) error {
+	if m.conn == nil {
+		conn, err := m.db.Conn(ctx)
+		if err != nil {
+			return fmt.Errorf("connect: %w", err)
+		}
+		m.conn, m.setupAt = conn, time.Time{}
+	}
+	if m.setupAt.IsZero() || time.Since(m.setupAt) >= setupEvery {
+		if err := m.readSetup(ctx); err != nil {
+			return err
+		}
+	}
 	at := time.Now()
-	rows, bad, err := m.querySessions(ctx, conn)
+	rows, bad, err := m.querySessions(ctx)
 	if err != nil {
 		return err
 	}
-	if err := m.readHistory(ctx, conn, &bad); err != nil {
+	m.stmtAt = time.Now()
+	stmts, err := m.queryStatements(ctx, &bad)
+	if err != nil {
 		return err
 	}
-	waits, err := m.queryLockWaits(ctx, conn)
+	waits, err := m.queryLockWaits(ctx)
 	if err != nil {
 		return err
 	}
 	m.c.st.malformed(m.cfg.Name, SourceMySQL, bad)
-	m.apply(at, rows, waits)
+	m.apply(at, rows, stmts, waits)
+	m.lastPoll = at
 	return nil
 }
 
-func (m *mysqlTarget) querySessions(ctx context.Context, conn *sql.Conn) ([]serverRow, int, error) {
-	rs, err := conn.QueryContext(ctx, queryServerSessions)
+// readSetup reads the server's version, start time and what
+// performance_schema records, marks the source degraded when that is not
+// enough, and forgets every session when the server restarted.
+func (m *mysqlTarget) readSetup(ctx context.Context) error {
+	conn := m.conn
+	if !m.mysql8.Valid {
+		var v string
+		if err := conn.QueryRowContext(ctx, queryVersion).Scan(&v); err != nil {
+			return fmt.Errorf("read server version: %w", err)
+		}
+		// MySQL 8.0 removed INNODB_LOCK_WAITS; MariaDB kept it.
+		m.mysql8 = sql.NullBool{Bool: !strings.Contains(v, "MariaDB") && !strings.HasPrefix(v, "5."), Valid: true}
+	}
+	var name, uptime string
+	if err := conn.QueryRowContext(ctx, queryUptime).Scan(&name, &uptime); err != nil {
+		return fmt.Errorf("read Uptime: %w", err)
+	}
+	if secs, err := strconv.ParseInt(uptime, 10, 64); err == nil {
+		// Uptime is whole seconds: the start it implies is up to a second
+		// late. A server that started after the last poll that read it
+		// restarted since.
+		boot := time.Now().Add(-time.Duration(secs) * time.Second)
+		if !m.lastPoll.IsZero() && boot.After(m.lastPoll.Add(time.Second)) {
+			m.restarted("Uptime", secs)
+		}
+	}
+	setup, degraded, err := m.readStatementSetup(ctx, conn)
+	if err != nil {
+		return err
+	}
+	if setup.table != m.setup.table {
+		m.lastMax = stmtKey{} // not in the other table: no sign of a wrap
+	}
+	m.setup, m.setupAt = setup, time.Now()
+	m.degrade(degraded)
+	return nil
+}
+
+// restarted forgets the sessions of a server that restarted.
+func (m *mysqlTarget) restarted(sign string, uptime int64) {
+	m.c.cfg.Logger.Warn("server restarted: sessions that died with it earn no more hold",
+		"target", m.cfg.Name, "detected_by", sign, "uptime_seconds", uptime)
+	m.forget()
+}
+
+// forget drops what the source knew of the server's sessions and
+// statements: after a restart its thread ids and timer start over.
+func (m *mysqlTarget) forget() {
+	clear(m.sessions)
+	m.held = m.held[:0]
+	m.prevAt = time.Time{}
+	m.watermark, m.lastMax = 0, stmtKey{}
+	clear(m.seenStmts)
+	clear(m.running)
+}
+
+// mysqlErrNumber returns the server's error number, 0 for other errors.
+func mysqlErrNumber(err error) uint16 {
+	var me *mysql.MySQLError
+	if errors.As(err, &me) {
+		return me.Number
+	}
+	return 0
+}
+
+// Error numbers of a missing privilege: ER_DBACCESS_DENIED_ERROR,
+// ER_TABLEACCESS_DENIED_ERROR, ER_SPECIFIC_ACCESS_DENIED_ERROR.
+func accessDenied(err error) bool {
+	switch mysqlErrNumber(err) {
+	case 1044, 1142, 1227:
+		return true
+	}
+	return false
+}
+
+// Degradation reasons of the MySQL source, worst first.
+const (
+	ReasonPerfSchemaOff       = "performance_schema_off"
+	ReasonNoPerfSchemaGrant   = "no_performance_schema_privilege"
+	ReasonInstrumentationOff  = "instrumentation_consumer_off"
+	ReasonStatementsOff       = "statement_consumers_off"
+	ReasonHistoryOff          = "history_consumer_off"
+	ReasonHistoryLongOff      = "history_long_consumer_off"
+	ReasonCurrentOff          = "current_consumer_off"
+	ReasonStatementsWrapped   = "history_long_wrapped"
+	consumerFixSQL            = "UPDATE performance_schema.setup_consumers SET ENABLED = 'YES' WHERE NAME IN (%s)"
+	consumerFixCnf            = "; to keep it after a restart, add %s under [mysqld] in my.cnf"
+	perfSchemaMissesWhat      = "statements, errors and the tags of idle transactions are not known (idle transactions count as unknown), and a statement outside a transaction is sampled"
+	historyLongConsumerOption = "performance-schema-consumer-events-statements-history-long=ON"
+)
+
+// readStatementSetup finds what performance_schema records and which
+// degradations follow.
+func (m *mysqlTarget) readStatementSetup(ctx context.Context, conn *sql.Conn) (statementSetup, []Degradation, error) {
+	var on sql.NullString
+	if err := conn.QueryRowContext(ctx, queryPerfOn).Scan(&on); err != nil {
+		return statementSetup{}, nil, fmt.Errorf("read @@performance_schema: %w", err)
+	}
+	if on.String != "1" && !strings.EqualFold(on.String, "ON") {
+		return statementSetup{}, []Degradation{{Reason: ReasonPerfSchemaOff,
+			Detail: "performance_schema is off (MariaDB's default): " + perfSchemaMissesWhat,
+			Fix:    "add performance_schema=ON and " + historyLongConsumerOption + " under [mysqld] in my.cnf and restart the server"}}, nil
+	}
+	rs, err := conn.QueryContext(ctx, queryConsumers)
+	if err != nil {
+		if accessDenied(err) {
+			return statementSetup{}, []Degradation{{Reason: ReasonNoPerfSchemaGrant,
+				Detail: "this account cannot read performance_schema: " + perfSchemaMissesWhat,
+				Fix:    fmt.Sprintf("GRANT SELECT ON performance_schema.* TO '%s'@'%%' (use the account's host)", m.user)}}, nil
+		}
+		return statementSetup{}, nil, fmt.Errorf("read performance_schema.setup_consumers: %w", err)
+	}
+	defer rs.Close()
+	enabled := map[string]bool{}
+	for rs.Next() {
+		var name, value string
+		if err := rs.Scan(&name, &value); err != nil {
+			return statementSetup{}, nil, fmt.Errorf("read performance_schema.setup_consumers: %w", err)
+		}
+		enabled[name] = strings.EqualFold(value, "YES")
+	}
+	if err := rs.Err(); err != nil {
+		return statementSetup{}, nil, fmt.Errorf("read performance_schema.setup_consumers: %w", err)
+	}
+	fix := func(names ...string) string {
+		quoted := make([]string, len(names))
+		opts := make([]string, len(names))
+		for i, n := range names {
+			quoted[i] = "'" + n + "'"
+			opts[i] = "performance-schema-consumer-" + strings.ReplaceAll(n, "_", "-") + "=ON"
+		}
+		return fmt.Sprintf(consumerFixSQL, strings.Join(quoted, ", ")) + fmt.Sprintf(consumerFixCnf, strings.Join(opts, " and "))
+	}
+	if !enabled["global_instrumentation"] || !enabled["thread_instrumentation"] {
+		return statementSetup{}, []Degradation{{Reason: ReasonInstrumentationOff,
+			Detail: "performance_schema's global or thread instrumentation is off: " + perfSchemaMissesWhat,
+			Fix:    fix("global_instrumentation", "thread_instrumentation", "events_statements_current", "events_statements_history_long")}}, nil
+	}
+	var s statementSetup
+	var d []Degradation
+	s.running = enabled["events_statements_current"]
+	switch {
+	case enabled["events_statements_history_long"]:
+		s.table = tableHistoryLong
+	case enabled["events_statements_history"]:
+		s.table = tableHistory
+		d = append(d, Degradation{Reason: ReasonHistoryLongOff,
+			Detail: "events_statements_history_long is off, the source reads the last 10 statements per session: statements of clients that disconnect right after are missed, and under load the counts are a lower bound",
+			Fix:    fix("events_statements_history_long")})
+	case s.running:
+		s.table = tableCurrent
+		d = append(d, Degradation{Reason: ReasonHistoryOff,
+			Detail: "events_statements_history and _history_long are off, the source sees only each session's last statement: counts are a lower bound, statements of clients that disconnect right after are missed",
+			Fix:    fix("events_statements_history_long")})
+	default:
+		return statementSetup{}, []Degradation{{Reason: ReasonStatementsOff,
+			Detail: "every events_statements consumer is off: " + perfSchemaMissesWhat,
+			Fix:    fix("events_statements_current", "events_statements_history_long")}}, nil
+	}
+	if !s.running {
+		d = append(d, Degradation{Reason: ReasonCurrentOff,
+			Detail: "events_statements_current is off: a running statement outside a transaction is sampled instead of timed",
+			Fix:    fix("events_statements_current")})
+	}
+	return s, d, nil
+}
+
+// degrade publishes the degradations and logs a change once.
+func (m *mysqlTarget) degrade(d []Degradation) {
+	if !m.c.st.degrade(m.cfg.Name, SourceMySQL, d) {
+		return
+	}
+	if len(d) == 0 {
+		m.c.cfg.Logger.Info("source no longer degraded", "target", m.cfg.Name, "source", SourceMySQL)
+		return
+	}
+	for _, x := range d {
+		m.c.cfg.Logger.Warn("source degraded: "+x.Detail, "target", m.cfg.Name, "source", SourceMySQL, "reason", x.Reason, "fix", x.Fix)
+	}
+}
+
+func (m *mysqlTarget) querySessions(ctx context.Context) ([]serverRow, int, error) {
+	rs, err := m.conn.QueryContext(ctx, queryServerSessions)
 	if err != nil {
 		return nil, 0, fmt.Errorf("query information_schema.PROCESSLIST and INNODB_TRX: %w: the account needs the PROCESS privilege", err)
 	}
@@ -212,107 +532,62 @@ func (m *mysqlTarget) querySessions(ctx context.Context, conn *sql.Conn) ([]serv
 	return out, bad, nil
 }
 
-// readHistory counts new statements and errors per tag and notes each
-// session's last tag. Without performance_schema (or its history
-// consumer) it reads nothing and the source still works from the
-// processlist alone; that is logged once.
-func (m *mysqlTarget) readHistory(ctx context.Context, conn *sql.Conn, bad *int) error {
-	rs, err := conn.QueryContext(ctx, queryServerHistory)
+// queryStatements reads running statements and those completed since the
+// last read, as the setup allows. A privilege revoked since the setup was
+// read degrades the source rather than failing it.
+func (m *mysqlTarget) queryStatements(ctx context.Context, bad *int) ([]stmtRow, error) {
+	m.stmts = m.stmts[:0]
+	var parts []string
+	var args []any
+	if m.setup.running {
+		parts = append(parts, queryRunning)
+	}
+	if m.setup.table != "" {
+		extra := ""
+		if m.setup.table == tableCurrent {
+			extra = " AND h.END_EVENT_ID IS NOT NULL"
+		}
+		parts = append(parts, fmt.Sprintf(queryCompletedFmt, m.setup.table, extra))
+		args = append(args, m.watermark-min(m.watermark, timerMargin))
+	}
+	if len(parts) == 0 {
+		return nil, nil
+	}
+	rs, err := m.conn.QueryContext(ctx, CollectorMarker+strings.Join(parts, " UNION ALL "), args...)
 	if err != nil {
-		if ctx.Err() != nil {
-			return err
+		if accessDenied(err) {
+			m.setupAt = time.Time{} // read again: it says why
+			m.setup = statementSetup{}
+			return nil, nil
 		}
-		if m.historyOK {
-			m.c.cfg.Logger.Warn("performance_schema statement history unreadable: statements, errors and the tags of idle transactions are not known",
-				"target", m.cfg.Name, "err", scrub(err, m.secret))
-			m.historyOK = false
-		}
-		return nil
+		return nil, fmt.Errorf("query performance_schema statements: %w", err)
 	}
 	defer rs.Close()
-	type hist struct {
-		event    int64
-		tag      string
-		ok       bool
-		boundary int64 // the latest BEGIN/COMMIT's event
-		ended    bool  // that boundary ended a transaction
-	}
-	latest := map[int64]hist{}
 	for rs.Next() {
-		var id, event int64
-		var text string
-		var errs, timerWait sql.NullInt64
-		if err := rs.Scan(&id, &event, &text, &errs, &timerWait); err != nil {
+		var r stmtRow
+		var pid sql.NullInt64
+		var own sql.NullBool
+		var text sql.NullString
+		var end sql.Null[uint64]
+		if err := rs.Scan(&r.key.thread, &pid, &own, &r.key.event, &r.running, &text, &r.errs, &r.wait, &end); err != nil {
 			*bad++
 			continue
 		}
-		s := m.sessions[id]
-		if s == nil {
-			s = &serverSession{}
-			m.sessions[id] = s
-		}
-		tag, ok := m.tagOfStatement(text)
-		// Statements the driver sent by itself (ok false) are not counted:
-		// they are no business process's.
-		if ok && event > s.lastEvent && m.primed {
-			d := m.delta(tag)
-			d.stmts++
-			if errs.Int64 > 0 {
-				d.errors++
-			}
-			if timerWait.Valid { // picoseconds
-				if s.exact == nil {
-					s.exact = map[string]float64{}
-				}
-				s.exact[tag] += float64(timerWait.Int64) / 1e12
-			}
-		}
-		h := latest[id]
-		if ok && event >= h.event {
-			h.event, h.tag, h.ok = event, tag, true
-		}
-		if begin, end := boundary(text); (begin || end) && event > h.boundary {
-			h.boundary, h.ended = event, end
-		}
-		latest[id] = h
+		r.pid, r.own, r.text, r.end, r.hasEnd = pid.Int64, own.Bool, text.String, end.V, end.Valid
+		m.stmts = append(m.stmts, r)
 	}
 	if err := rs.Err(); err != nil {
-		return fmt.Errorf("read statement history: %w", err)
+		return nil, fmt.Errorf("read performance_schema statements: %w", err)
 	}
-	m.primed = true // the first read only sets the baseline
-	for id, h := range latest {
-		s := m.sessions[id]
-		if s == nil {
-			continue
-		}
-		switch {
-		case h.ok && h.event > h.boundary && h.event >= s.tagEvent:
-			s.tag, s.tagEvent, s.ended = h.tag, h.event, false
-		case h.boundary > s.tagEvent:
-			// A transaction began or ended after the last statement that
-			// named the session: its tag is not known until its next
-			// statement, which names the time held meanwhile (see apply).
-			s.tag, s.tagEvent, s.ended = "", h.boundary, h.ended
-		}
-		s.lastEvent = max(s.lastEvent, h.event, h.boundary)
-	}
-	return nil
+	return m.stmts, nil
 }
 
-func (m *mysqlTarget) queryLockWaits(ctx context.Context, conn *sql.Conn) ([][2]int64, error) {
-	if !m.mysql8.Valid {
-		var v string
-		if err := conn.QueryRowContext(ctx, "SELECT VERSION()").Scan(&v); err != nil {
-			return nil, fmt.Errorf("read server version: %w", err)
-		}
-		// MySQL 8.0 removed INNODB_LOCK_WAITS; MariaDB kept it.
-		m.mysql8 = sql.NullBool{Bool: !strings.Contains(v, "MariaDB") && !strings.HasPrefix(v, "5."), Valid: true}
-	}
+func (m *mysqlTarget) queryLockWaits(ctx context.Context) ([][2]int64, error) {
 	q := queryLockWaitsMariaDB
 	if m.mysql8.Bool {
 		q = queryLockWaitsMySQL8
 	}
-	rs, err := conn.QueryContext(ctx, q)
+	rs, err := m.conn.QueryContext(ctx, q)
 	if err != nil {
 		return nil, fmt.Errorf("query lock waits: %w", err)
 	}
@@ -337,6 +612,26 @@ func (m *mysqlTarget) delta(tag string) *tagDelta {
 	return d
 }
 
+// credit adds active hold to tag.
+func (m *mysqlTarget) credit(tag string, sec float64) {
+	if sec <= 0 {
+		return
+	}
+	d := m.delta(tag)
+	d.hold += sec
+	d.active += sec
+}
+
+func (m *mysqlTarget) session(id int64) *serverSession {
+	s := m.sessions[id]
+	if s == nil {
+		s = &serverSession{}
+		m.sessions[id] = s
+	}
+	s.touched = true
+	return s
+}
+
 // sessionTag is the tag a server session is holding its connection for:
 // the running statement's, else its last statement's, else unknown.
 func (m *mysqlTarget) sessionTag(r *serverRow) string {
@@ -351,17 +646,143 @@ func (m *mysqlTarget) sessionTag(r *serverRow) string {
 	return UnknownTag
 }
 
-// apply credits the previous poll's holding sessions with the time since,
-// records this poll's holders, and replaces the gauges.
-func (m *mysqlTarget) apply(at time.Time, rows []serverRow, waits [][2]int64) {
+// trxWindow is what one read of completed statements says of a session's
+// transactions: the latest BEGIN and COMMIT/ROLLBACK since the last read,
+// and the statements of a transaction begun since, whose time is credited
+// with that transaction's hold (or on their own when the server does not
+// list it as a transaction after all).
+type trxWindow struct {
+	beginEvent, commitEvent uint64
+	beginStart, commitEnd   uint64 // server timer, picoseconds
+	pending                 []pendingStmt
+}
+
+type pendingStmt struct {
+	tag string
+	sec float64
+}
+
+// open reports whether a transaction began since the last read and is
+// still open.
+func (w *trxWindow) open() bool { return w != nil && w.beginEvent > w.commitEvent }
+
+// ended reports whether a transaction ended since the last read.
+func (w *trxWindow) ended() bool { return w != nil && w.commitEvent > 0 }
+
+// apply turns one poll into hold, statements and gauges:
+//
+//   - a session in a transaction holds its connection: from the end of its
+//     BEGIN (performance_schema's timer) or, without it, the first poll
+//     that lists the transaction, to the end of its COMMIT or the last poll
+//     that lists it; the time between two polls that both list it is
+//     credited (idle or active, as the earlier poll saw it) to the tag of
+//     its statements;
+//   - a statement outside a transaction holds it while it runs: each poll
+//     credits the time it ran since the last (performance_schema's elapsed
+//     time), and its completion the rest of its exact TIMER_WAIT; one that
+//     started and ended between two polls is credited its TIMER_WAIT;
+//   - a session that is gone (disconnected, or the server restarted) earns
+//     nothing after the last poll that listed it.
+func (m *mysqlTarget) apply(at time.Time, rows []serverRow, stmts []stmtRow, waits [][2]int64) {
+	// Our own running statement's TIMER_END is the server's timer at
+	// m.stmtAt; a timer behind what was read before means the server
+	// restarted (or, after months, the timer wrapped).
+	var timerNow uint64
+	for i := range stmts {
+		if st := &stmts[i]; st.running && st.own {
+			timerNow = st.end
+		}
+	}
+	if timerNow != 0 && timerNow < m.watermark {
+		m.restarted("performance_schema timer", -1)
+	}
+	// wall maps the server's timer to the collector's clock.
+	wall := func(timer uint64) (time.Time, bool) {
+		if timerNow == 0 || timer > timerNow {
+			return time.Time{}, false
+		}
+		return m.stmtAt.Add(-time.Duration((timerNow - timer) / 1000)), true
+	}
+	listed := make(map[int64]*serverRow, len(rows))
+	for i := range rows {
+		if r := &rows[i]; !(r.info.Valid && isCollectorStatement(r.info.String)) {
+			listed[r.id] = r
+		}
+	}
+	// Sessions sampled over the gap since the last poll: held then, listed
+	// now. Their statements since are inside that sampled time, up to the
+	// end of a COMMIT.
+	sampled := map[int64]bool{}
 	if !m.prevAt.IsZero() {
-		sec := min(at.Sub(m.prevAt), m.maxGap).Seconds()
 		for _, h := range m.held {
-			if !h.inTrx && m.historyOK {
-				// A statement outside a transaction: sampling would credit
-				// a 40 ms statement a whole interval or nothing; its exact
-				// time comes from performance_schema when it completes.
-				continue
+			if listed[h.id] != nil {
+				sampled[h.id] = true
+			}
+		}
+	}
+	wins := m.completed(stmts, sampled, timerNow != 0)
+	// inTrx is whether a listed session is in a transaction now. MariaDB
+	// serves INNODB_TRX from a cache up to 100 ms old: a session idle since
+	// its COMMIT may still show its transaction.
+	inTrx := func(r *serverRow) bool {
+		s := m.sessions[r.id]
+		return r.inTrx && (r.command != "Sleep" || s == nil || !s.ended)
+	}
+
+	// Running statements outside a transaction. (One that ended between
+	// the two parts of the statements query was settled by its completed
+	// row above; its running row is then older than its completion and is
+	// skipped.)
+	runningNow := map[int64]bool{}
+	runningIn := map[int64]float64{} // elapsed of a statement running inside a transaction
+	for i := range stmts {
+		st := &stmts[i]
+		if !st.running || st.own || !st.wait.Valid {
+			continue
+		}
+		r := listed[st.pid]
+		if r == nil {
+			continue
+		}
+		elapsed := float64(st.wait.Int64) / 1e12
+		if inTrx(r) {
+			runningIn[st.pid] = elapsed
+			continue
+		}
+		tag, ok := m.tagOfStatement(st.text)
+		if !ok {
+			continue
+		}
+		if _, done := m.seenStmts[st.key]; done {
+			continue
+		}
+		runningNow[st.pid] = true
+		rs := m.running[st.key]
+		if rs == nil {
+			rs = &runningStmt{tag: tag}
+			m.running[st.key] = rs
+			if m.prevAt.IsZero() || sampled[st.pid] {
+				// Before the first poll, or inside time already sampled.
+				rs.credited = elapsed
+			}
+		}
+		m.credit(rs.tag, elapsed-rs.credited)
+		rs.credited = max(rs.credited, elapsed)
+		rs.seen = at
+	}
+
+	// Sampled hold of the sessions held at the last poll, to the end of
+	// their COMMIT when it came before this poll.
+	if !m.prevAt.IsZero() {
+		for _, h := range m.held {
+			if !sampled[h.id] {
+				continue // gone: it earns nothing after it was last seen
+			}
+			end := at
+			if w := wins[h.id]; w.ended() {
+				if e, ok := wall(w.commitEnd); ok && e.Before(end) {
+					end = e
+				}
 			}
 			tag := h.tag
 			if tag == UnknownTag {
@@ -371,7 +792,9 @@ func (m *mysqlTarget) apply(at time.Time, rows []serverRow, waits [][2]int64) {
 					tag = s.tag
 				}
 			}
+			sec := min(max(end.Sub(m.prevAt), 0), m.maxGap).Seconds()
 			d := m.delta(tag)
+			d.add(&h.carry)
 			d.hold += sec
 			if h.idle {
 				d.idle += sec
@@ -380,19 +803,13 @@ func (m *mysqlTarget) apply(at time.Time, rows []serverRow, waits [][2]int64) {
 			}
 		}
 	}
-	// Statements that completed since the last poll, of sessions that were
-	// not in a transaction then: the sampling above did not count them. (A
-	// transaction's statements are inside its sampled hold.)
-	for _, s := range m.sessions {
-		if !s.inTrx && !m.prevAt.IsZero() {
-			for tag, sec := range s.exact {
-				d := m.delta(tag)
-				d.hold += sec
-				d.active += sec
-			}
+	for k, rs := range m.running {
+		if at.Sub(rs.seen) > time.Minute {
+			delete(m.running, k) // its completion was never seen: what was credited stays
 		}
-		clear(s.exact)
 	}
+
+	prevAt := m.prevAt
 	m.prevAt = at
 	m.held = m.held[:0]
 	for _, s := range m.sessions {
@@ -401,27 +818,54 @@ func (m *mysqlTarget) apply(at time.Time, rows []serverRow, waits [][2]int64) {
 	sessions := map[string]int{}
 	trx := map[string]trxFigures{}
 	tagOf := map[int64]string{}
-	for i := range rows {
-		r := &rows[i]
-		if s := m.sessions[r.id]; s != nil {
-			s.seen = true
-		} else {
-			m.sessions[r.id] = &serverSession{seen: true}
-		}
+	for _, r := range listed {
+		sess := m.session(r.id)
+		sess.seen = true
 		active := r.command != "Sleep"
-		sess := m.sessions[r.id]
-		inTrx := r.inTrx && (active || !sess.ended)
-		// MariaDB serves INNODB_TRX from a cache up to 100 ms old: a session
-		// idle since its COMMIT may still show its transaction.
-		sess.inTrx = inTrx
-		if !active && !inTrx {
+		t := inTrx(r)
+		sess.inTrx = t
+		w := wins[r.id]
+		var carry figures
+		b, timed := wall(sess.openBegin)
+		if t && timed && sess.openBegin != 0 && !prevAt.IsZero() && (!sampled[r.id] || w.ended()) {
+			// A transaction first held at this poll: held since its BEGIN
+			// (or the last poll), its statements inside that time.
+			from := b
+			if from.Before(prevAt) {
+				from = prevAt
+			}
+			carry.hold = max(at.Sub(from).Seconds(), 0)
+			if w != nil {
+				for _, p := range w.pending {
+					carry.active += p.sec
+				}
+			}
+			carry.active = min(carry.active+runningIn[r.id], carry.hold)
+			carry.idle = carry.hold - carry.active
+		} else if w != nil {
+			// Not held after all (INNODB_TRX does not list it): the
+			// statements count on their own.
+			for _, p := range w.pending {
+				m.credit(p.tag, p.sec)
+			}
+		}
+		if !active && !t {
 			continue
 		}
 		tag := m.sessionTag(r)
 		tagOf[r.id] = tag
-		m.held = append(m.held, heldRow{id: r.id, tag: tag, idle: !active, inTrx: inTrx})
 		sessions[tag]++
-		if inTrx {
+		// A statement outside a transaction is timed by performance_schema
+		// (above); without its elapsed time it is sampled like a
+		// transaction.
+		if t || !runningNow[r.id] && !m.setup.running {
+			if tag != UnknownTag {
+				m.delta(tag).add(&carry)
+				carry = figures{}
+			}
+			m.held = append(m.held, heldRow{id: r.id, tag: tag, idle: !active, inTrx: t, carry: carry})
+		}
+		if t {
 			f := trx[tag]
 			f.count++
 			f.maxAge = max(f.maxAge, r.trxAge, 0) // a clock step can make TIMESTAMPDIFF negative
@@ -430,9 +874,10 @@ func (m *mysqlTarget) apply(at time.Time, rows []serverRow, waits [][2]int64) {
 		}
 	}
 	for id, s := range m.sessions {
-		if !s.seen {
+		if !s.seen && !s.touched {
 			delete(m.sessions, id) // disconnected: ids are not reused soon
 		}
+		s.touched = false
 	}
 	lw := map[[2]string]int{}
 	for _, w := range waits {
@@ -460,6 +905,163 @@ func (m *mysqlTarget) apply(at time.Time, rows []serverRow, waits [][2]int64) {
 			g.waits[[2]string{m.c.st.capTag(sr, k[0]), m.c.st.capTag(sr, k[1])}] += n
 		}
 	})
+}
+
+// completed reads the statements that completed since the last read: it
+// counts them, credits those outside any sampled or newly begun
+// transaction their exact time (less what was credited while they ran),
+// notes each session's last tag and transaction boundaries, and returns
+// the boundaries per session. The first read only sets the baseline.
+// timed says whether the server's timer can be mapped to the collector's
+// clock (our own statement was seen running).
+func (m *mysqlTarget) completed(stmts []stmtRow, sampled map[int64]bool, timed bool) map[int64]*trxWindow {
+	fresh := m.fresh[:0]
+	maxEnd, maxKey, read, sawLastMax := m.watermark, m.lastMax, false, false
+	for i := range stmts {
+		st := &stmts[i]
+		if st.running || !st.hasEnd {
+			continue
+		}
+		read = true
+		if st.key == m.lastMax {
+			sawLastMax = true
+		}
+		if _, dup := m.seenStmts[st.key]; dup {
+			continue
+		}
+		m.seenStmts[st.key] = st.end
+		if st.end > maxEnd {
+			maxEnd, maxKey = st.end, st.key
+		}
+		if isCollectorStatement(st.text) {
+			continue
+		}
+		fresh = append(fresh, st)
+	}
+	m.fresh = fresh
+	slices.SortFunc(fresh, func(a, b *stmtRow) int {
+		if c := cmp.Compare(a.pid, b.pid); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.key.event, b.key.event)
+	})
+	start := func(st *stmtRow) uint64 { return st.end - min(uint64(st.wait.Int64), st.end) }
+	wins := map[int64]*trxWindow{}
+	for _, st := range fresh {
+		if st.pid == 0 {
+			continue
+		}
+		begin, end := boundary(st.text)
+		if !begin && !end {
+			continue
+		}
+		w := wins[st.pid]
+		if w == nil {
+			w = &trxWindow{}
+			wins[st.pid] = w
+		}
+		if begin {
+			w.beginEvent, w.beginStart = st.key.event, start(st)
+		} else {
+			w.commitEvent, w.commitEnd = st.key.event, st.end
+		}
+	}
+	for pid, w := range wins {
+		switch s := m.session(pid); {
+		case w.open():
+			s.openBegin = w.beginStart
+		case w.ended():
+			s.openBegin = 0
+		}
+	}
+	type last struct {
+		event uint64
+		tag   string
+	}
+	latest := map[int64]last{}
+	for _, st := range fresh {
+		rs := m.running[st.key]
+		delete(m.running, st.key)
+		tag, ok := m.tagOfStatement(st.text)
+		if !ok && rs == nil {
+			continue // a driver's statement: no business process's
+		}
+		if m.primed && st.wait.Valid {
+			sec := float64(st.wait.Int64) / 1e12
+			w := wins[st.pid]
+			inSampled := sampled[st.pid] && (!timed || !w.ended() || start(st) < w.commitEnd)
+			var openBegin uint64
+			if s := m.sessions[st.pid]; s != nil && st.pid != 0 {
+				openBegin = s.openBegin
+			}
+			switch {
+			case rs != nil:
+				m.credit(rs.tag, sec-rs.credited) // the rest of a statement credited while it ran
+			case inSampled:
+				// inside the sampled time of its session's transaction
+			case openBegin != 0 && start(st) >= openBegin:
+				if w == nil {
+					w = &trxWindow{}
+					wins[st.pid] = w
+				}
+				w.pending = append(w.pending, pendingStmt{tag: tag, sec: sec})
+			default:
+				m.credit(tag, sec)
+			}
+		}
+		if !ok {
+			continue
+		}
+		if m.primed {
+			d := m.delta(tag)
+			d.stmts++
+			if st.errs > 0 {
+				d.errors++
+			}
+		}
+		if st.pid != 0 {
+			latest[st.pid] = last{st.key.event, tag}
+		}
+	}
+	for id, h := range latest {
+		s := m.session(id)
+		w := wins[id]
+		if w != nil && max(w.beginEvent, w.commitEvent) > h.event {
+			continue // a boundary came after it: handled below
+		}
+		if h.event >= s.tagEvent {
+			s.tag, s.tagEvent, s.ended = h.tag, h.event, false
+		}
+		s.lastEvent = max(s.lastEvent, h.event)
+	}
+	for id, w := range wins {
+		s := m.session(id)
+		if b := max(w.beginEvent, w.commitEvent); b > s.tagEvent {
+			// A transaction began or ended after the last statement that
+			// named the session: its tag is not known until its next
+			// statement, which names the time held meanwhile (see apply).
+			s.tag, s.tagEvent, s.ended = "", b, w.ended() && !w.open()
+			s.lastEvent = max(s.lastEvent, b)
+		}
+	}
+	if m.setup.table == "" {
+		return wins
+	}
+	// history_long is a ring: if the newest statement of the last read is
+	// gone, statements in between were overwritten before this read.
+	// The other tables keep a few statements per session: always a sample.
+	lost := m.setup.table != tableHistoryLong || m.lastMax != (stmtKey{}) && !sawLastMax && read
+	if m.primed && lost {
+		m.c.st.markLowerBound(m.cfg.Name, SourceMySQL)
+	}
+	m.watermark, m.lastMax = maxEnd, maxKey
+	for k, end := range m.seenStmts {
+		if end+timerMargin < m.watermark {
+			delete(m.seenStmts, k)
+		}
+	}
+	m.primed = true
+	return wins
 }
 
 func cmpOr(s, d string) string {

@@ -105,6 +105,10 @@ func TestServerSourceWorkload(t *testing.T) {
 		mu.Unlock()
 		return err
 	}
+	// The collector counts from its first poll on.
+	if err := m.poll(ctx); err != nil {
+		t.Fatal(err)
+	}
 	stop := make(chan struct{})
 	done := make(chan int)
 	go func() { done <- pollEvery(t, m, MinServerInterval, stop) }()
@@ -224,6 +228,9 @@ func TestServerDriverStatementsNameNothing(t *testing.T) {
 		if _, err := conn.ExecContext(ctx, q); err != nil {
 			t.Fatal(err)
 		}
+	}
+	if err := m.poll(ctx); err != nil { // the collector counts from its first poll on
+		t.Fatal(err)
 	}
 	stop := make(chan struct{})
 	done := make(chan int)

@@ -761,8 +761,10 @@ func (m *mysqlTarget) apply(at time.Time, rows []serverRow, stmts []stmtRow, wai
 		if rs == nil {
 			rs = &runningStmt{tag: tag}
 			m.running[st.key] = rs
-			if m.prevAt.IsZero() || sampled[st.pid] {
-				// Before the first poll, or inside time already sampled.
+			if m.prevAt.IsZero() || sampled[st.pid] && !wins[st.pid].ended() {
+				// Before the first poll, or inside time already sampled (a
+				// statement after a COMMIT since the last poll is not: the
+				// sampled time ends there).
 				rs.credited = elapsed
 			}
 		}

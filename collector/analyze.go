@@ -5,8 +5,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 )
 
@@ -42,6 +44,11 @@ const OverflowTag = "overflow"
 
 // ErrNoInput means there was nothing to analyse.
 var ErrNoInput = errors.New("no input: give at least one events log file or processlist recording")
+
+// ErrNothingToReport means the input had nothing the report could show: no
+// valid event or sample, or none of the tags, users, hostgroups or time
+// window asked for. The error says which.
+var ErrNothingToReport = errors.New("nothing to report")
 
 // Analyze reads the configured inputs and returns the per-tag report.
 // Partial input (malformed lines, a truncated gzip file) still yields a
@@ -113,12 +120,78 @@ func Analyze(ctx context.Context, cfg AnalyzeConfig) (*Report, error) {
 		st.Malformed, st.MalformedLines = samples.Malformed()
 		ps = &st
 	}
-	return agg.Report(es, ps), nil
+	rep := agg.Report(es, ps)
+	if err := agg.nothing(rep, es, ps); err != nil {
+		return nil, err
+	}
+	return rep, nil
+}
+
+// nothing says why rep is empty, or returns nil when it is not.
+func (a *Aggregator) nothing(rep *Report, es *ReadStats, ps *ProcesslistStats) error {
+	var events, rows, malformed int64
+	var first string
+	if es != nil {
+		events, malformed = es.Events, es.Malformed
+		if len(es.MalformedLines) > 0 {
+			first = es.MalformedLines[0].String()
+		}
+	}
+	if ps != nil {
+		rows, malformed = ps.Rows, malformed+ps.Malformed
+		if first == "" && len(ps.MalformedLines) > 0 {
+			first = ps.MalformedLines[0].String()
+		}
+	}
+	if events == 0 && rows == 0 {
+		why := ""
+		if malformed > 0 {
+			why = fmt.Sprintf(" (%d malformed lines skipped; first: %s): is it ProxySQL's JSON events log (mysql-eventslog_format=2)?", malformed, first)
+		}
+		return fmt.Errorf("%w: the input has no valid event or sample%s", ErrNothingToReport, why)
+	}
+	if f := a.cfg.Filter.Tags; len(f) > 0 {
+		var missing []string
+		for _, tag := range f {
+			if rep.Tag(tag) == nil {
+				missing = append(missing, tag)
+			}
+		}
+		if len(missing) == len(f) {
+			return fmt.Errorf("%w: no hold of tag %s in the input%s (tags seen: %s)", ErrNothingToReport,
+				strings.Join(missing, ", "), a.windowText(), a.seenTags(10))
+		}
+	}
+	if len(rep.Tags) == 0 {
+		return fmt.Errorf("%w: no hold in the input%s matches the filter (tags seen: %s)", ErrNothingToReport, a.windowText(), a.seenTags(10))
+	}
+	return nil
+}
+
+func (a *Aggregator) windowText() string {
+	f := &a.cfg.Filter
+	if f.From.IsZero() && f.To.IsZero() {
+		return ""
+	}
+	return " between " + fmtTime(f.From) + " and " + fmtTime(f.To)
+}
+
+// seenTags lists up to n tags the input had, before any filter.
+func (a *Aggregator) seenTags(n int) string {
+	tags := slices.Sorted(maps.Keys(a.seen))
+	if len(tags) == 0 {
+		return "none"
+	}
+	if len(tags) > n {
+		return strings.Join(tags[:n], ", ") + fmt.Sprintf(" and %d more", len(tags)-n)
+	}
+	return strings.Join(tags, ", ")
 }
 
 // Aggregator sums holds and samples per tag in bounded memory.
 type Aggregator struct {
 	cfg     AnalyzeConfig
+	seen    map[string]struct{} // tags of the input, before the filter (at most MaxTags)
 	fromUS  int64
 	toUS    int64
 	tags    map[string]*tagAgg
@@ -129,6 +202,7 @@ type Aggregator struct {
 
 type tagAgg struct {
 	hold, active, idle, pinnedIdle      int64 // microseconds, clipped to the window
+	maxUS                               int64 // the longest hold of known length
 	holds, txns, stmts, prepares, execs int64
 	mixed, truncated                    int64
 	pins                                map[string]int64
@@ -136,6 +210,8 @@ type tagAgg struct {
 	hist                                histogram
 	longest                             []HoldReport
 	sampled                             SampledReport
+	openPins                            []HoldReport // pinned until the session ended
+	openPinCount                        int64
 }
 
 // NewAggregator returns an empty aggregator for cfg's filter and limits.
@@ -146,7 +222,7 @@ func NewAggregator(cfg AnalyzeConfig) *Aggregator {
 	if cfg.MaxTags == 0 {
 		cfg.MaxTags = 1000
 	}
-	a := &Aggregator{cfg: cfg, tags: make(map[string]*tagAgg), toUS: 1<<63 - 1}
+	a := &Aggregator{cfg: cfg, tags: make(map[string]*tagAgg), seen: map[string]struct{}{}, toUS: 1<<63 - 1}
 	if !cfg.Filter.From.IsZero() {
 		a.fromUS = cfg.Filter.From.UnixMicro()
 	}
@@ -173,6 +249,9 @@ func (a *Aggregator) tag(name string) *tagAgg {
 }
 
 func (a *Aggregator) selected(tag, user string, hostgroup int) bool {
+	if _, ok := a.seen[tag]; !ok && len(a.seen) < a.cfg.MaxTags {
+		a.seen[tag] = struct{}{}
+	}
 	f := &a.cfg.Filter
 	return (len(f.Tags) == 0 || slices.Contains(f.Tags, tag)) &&
 		(len(f.Users) == 0 || slices.Contains(f.Users, user)) &&
@@ -228,18 +307,32 @@ func (a *Aggregator) AddHold(h *Hold) {
 		t.reasons[h.UnknownReason] += clipped
 	}
 	d := h.DurationUS()
+	if h.EndUnknown {
+		// Its length is unknown: not a short hold for the percentiles, a
+		// caveat of its own.
+		t.openPinCount++
+		if len(t.openPins) < a.cfg.LongestHolds {
+			t.openPins = append(t.openPins, a.holdReport(h, d, active))
+		}
+		return
+	}
 	t.hist.add(d)
+	t.maxUS = max(t.maxUS, d)
 	if !makesList(t.longest, d, a.cfg.LongestHolds) && !makesList(a.longest, d, a.cfg.LongestHolds) {
 		return // most holds: no need to build the report entry
 	}
-	hr := HoldReport{
+	hr := a.holdReport(h, d, active)
+	t.longest = keepLongest(t.longest, hr, a.cfg.LongestHolds)
+	a.longest = keepLongest(a.longest, hr, a.cfg.LongestHolds)
+}
+
+func (a *Aggregator) holdReport(h *Hold, d, active int64) HoldReport {
+	return HoldReport{
 		Tag: h.Tag, SessionID: h.SessionID, Client: h.Client, User: h.User, Hostgroup: h.Hostgroup,
 		Kind: h.Kind.String(), Start: time.UnixMicro(h.StartUS).UTC(), Seconds: seconds(d),
 		IdleSeconds: seconds(d - active), Statements: h.Statements, Pins: h.Pins.Names(),
-		UnknownReason: h.UnknownReason, Truncated: h.Truncated,
+		UnknownReason: h.UnknownReason, Truncated: h.Truncated, EndUnknown: h.EndUnknown,
 	}
-	t.longest = keepLongest(t.longest, hr, a.cfg.LongestHolds)
-	a.longest = keepLongest(a.longest, hr, a.cfg.LongestHolds)
 }
 
 // makesList reports whether a hold of durUS would enter a longest list.
@@ -321,11 +414,11 @@ func (a *Aggregator) Report(events *ReadStats, samples *ProcesslistStats) *Repor
 			Prepares: t.prepares, Executes: t.execs,
 			HoldSeconds: seconds(t.hold), ActiveSeconds: seconds(t.active), IdleSeconds: seconds(t.idle),
 			PinnedIdleSeconds: seconds(t.pinnedIdle), MixedTagHolds: t.mixed, TruncatedHolds: t.truncated,
-			P50Seconds: seconds(t.hist.quantile(0.5)), P99Seconds: seconds(t.hist.quantile(0.99)),
-			Longest: t.longest,
-		}
-		if len(t.longest) > 0 {
-			tr.MaxSeconds = t.longest[0].Seconds
+			// A percentile is its bucket's middle: never more than the
+			// longest hold itself.
+			P50Seconds: seconds(min(t.hist.quantile(0.5), t.maxUS)), P99Seconds: seconds(min(t.hist.quantile(0.99), t.maxUS)),
+			MaxSeconds: seconds(t.maxUS), Longest: t.longest,
+			PinnedUntilDisconnect: t.openPinCount, OpenPins: t.openPins,
 		}
 		if t.hold > 0 {
 			tr.IdleShare = float64(t.idle) / float64(t.hold)

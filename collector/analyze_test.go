@@ -5,10 +5,13 @@ import (
 	"compress/gzip"
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
 	"math"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -133,5 +136,82 @@ func TestAnalyzeRotatedFilesInAnyOrder(t *testing.T) {
 		if a == nil || b == nil || math.Abs(a.HoldSeconds-b.HoldSeconds) > 1e-9 || a.Statements != b.Statements {
 			t.Errorf("%s: in order %+v, newest first %+v", name, a, b)
 		}
+	}
+}
+
+// TestPercentilesNeverExceedMax: histogram percentiles are bucket middles;
+// a report must never show a percentile above the longest hold it saw
+// (P50 5013.5 ms > MAX 5001.6 ms was printed).
+func TestPercentilesNeverExceedMax(t *testing.T) {
+	for _, us := range []int64{5_001_600, 1_000_100, 65, 129, 7_777_777} {
+		agg := NewAggregator(AnalyzeConfig{})
+		for i := range 3 {
+			agg.AddHold(&Hold{Tag: "t", StartUS: int64(i) * 10_000_000, EndUS: int64(i)*10_000_000 + us})
+		}
+		tr := agg.Report(nil, nil).Tag("t")
+		if tr.P50Seconds > tr.MaxSeconds || tr.P99Seconds > tr.MaxSeconds || tr.MaxSeconds != seconds(us) {
+			t.Errorf("holds of %d µs: p50 %v, p99 %v, max %v", us, tr.P50Seconds, tr.P99Seconds, tr.MaxSeconds)
+		}
+	}
+}
+
+// TestAnalyzePinHeldUntilDisconnect: a session that sets a user variable
+// (ProxySQL pins its backend for the rest of the session) and sends nothing
+// more holds its backend until it disconnects, which the events log does
+// not record: the report says so instead of showing a hold as long as the
+// SET statement.
+func TestAnalyzePinHeldUntilDisconnect(t *testing.T) {
+	dir := t.TempDir()
+	log := filepath.Join(dir, "events.json")
+	line := func(thread, startUS, endUS int, q string) string {
+		return fmt.Sprintf(`{"event":"COM_QUERY","thread_id":%d,"starttime_timestamp_us":%d,"endtime_timestamp_us":%d,"query":%q,"hostgroup_id":0,"server":"db:3306"}`+"\n",
+			thread, startUS, endUS, q)
+	}
+	body := line(1, 1_000_000, 1_001_000, "/* conn_tag:pinner */ SET @cart = 42") +
+		line(2, 2_000_000, 2_500_000, "/* conn_tag:pinner */ SELECT SLEEP(0.5)") +
+		line(2, 9_000_000, 9_100_000, "/* conn_tag:other */ SELECT 1")
+	if err := os.WriteFile(log, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := Analyze(context.Background(), AnalyzeConfig{EventsLogs: []string{log}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := rep.Tag("pinner")
+	if p == nil {
+		t.Fatal("no pinner")
+	}
+	t.Logf("pinner: %+v", *p)
+	if p.PinnedUntilDisconnect != 1 || len(p.OpenPins) != 1 || !p.OpenPins[0].EndUnknown || p.OpenPins[0].SessionID != 1 {
+		t.Errorf("the pin held until disconnect is not reported as such: %+v", p)
+	}
+	// The one hold whose length is known is the 0.5 s statement: the
+	// percentiles and the longest list are about it alone.
+	if p.P50Seconds < 0.49 || p.MaxSeconds < 0.49 || len(p.Longest) != 1 || p.Longest[0].Seconds < 0.49 {
+		t.Errorf("p50 %v max %v longest %+v: a pin of unknown length counted as a 0.001 s hold", p.P50Seconds, p.MaxSeconds, p.Longest)
+	}
+	var out bytes.Buffer
+	if err := rep.WriteTable(&out); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "pinned until the session ended") || !strings.Contains(out.String(), "session 1") {
+		t.Errorf("table does not explain the open pin:\n%s", out.String())
+	}
+}
+
+// TestAnalyzeSaysWhenThereIsNothing: input with no valid event, or a tag
+// filter that matches nothing, is an error that says so.
+func TestAnalyzeSaysWhenThereIsNothing(t *testing.T) {
+	dir := t.TempDir()
+	garbage := filepath.Join(dir, "garbage.json")
+	os.WriteFile(garbage, []byte("{oops\nnot json at all\n"), 0o644)
+	_, err := Analyze(context.Background(), AnalyzeConfig{EventsLogs: []string{garbage}})
+	if !errors.Is(err, ErrNothingToReport) || !strings.Contains(err.Error(), "2 malformed lines") {
+		t.Errorf("garbage-only input: %v", err)
+	}
+	_, err = Analyze(context.Background(), AnalyzeConfig{EventsLogs: []string{"testdata/states_eventslog_events.json"},
+		Filter: Filter{Tags: []string{"nosuchtag"}}})
+	if !errors.Is(err, ErrNothingToReport) || !strings.Contains(err.Error(), "nosuchtag") || !strings.Contains(err.Error(), "checkout_completion") {
+		t.Errorf("--tag nosuchtag: %v; want the tags seen listed", err)
 	}
 }

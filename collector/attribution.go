@@ -74,6 +74,11 @@ type Hold struct {
 	// Truncated is set when the input did not show the hold's start (a
 	// COMMIT without its BEGIN) or its end (still open when input ended).
 	Truncated bool
+	// EndUnknown is set on a hold whose sticky pin (user variable, lock,
+	// temporary table...) kept its backend attached after its last
+	// statement until the session ended: ProxySQL logs no disconnect, so
+	// EndUS is that statement's end and the real end is unknown.
+	EndUnknown bool
 }
 
 // DurationUS is the hold's length in microseconds.
@@ -398,6 +403,7 @@ func (a *Attributor) flushSession(id uint64, s *session) {
 	}
 	if s.pendingOpen {
 		s.pendingOpen = false
+		s.pending.EndUnknown = true
 		a.emit(&s.pending)
 	}
 }

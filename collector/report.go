@@ -55,6 +55,13 @@ type TagReport struct {
 	UnknownReasons []ReasonSeconds  `json:"unknown_reasons,omitempty"`
 	Longest        []HoldReport     `json:"longest_holds"`
 	Sampled        *SampledReport   `json:"sampled,omitempty"`
+	// PinnedUntilDisconnect counts holds whose sticky pin kept the backend
+	// after their last statement until the session ended, when the events
+	// log (which records no disconnect) cannot say; their hold seconds
+	// count only up to that statement and they are in no percentile.
+	// OpenPins lists the first of them.
+	PinnedUntilDisconnect int64        `json:"pinned_until_disconnect,omitempty"`
+	OpenPins              []HoldReport `json:"pinned_until_disconnect_holds,omitempty"`
 }
 
 // ReasonSeconds is hold time whose tag is unknown, by reason.
@@ -91,6 +98,9 @@ type HoldReport struct {
 	Pins          []string  `json:"pins,omitempty"`
 	UnknownReason string    `json:"unknown_reason,omitempty"`
 	Truncated     bool      `json:"truncated,omitempty"`
+	// EndUnknown: pinned until the session ended, which the log does not
+	// show; Seconds is only up to its last statement.
+	EndUnknown bool `json:"end_unknown,omitempty"`
 }
 
 // Tag returns the report line of tag, or nil.
@@ -153,6 +163,20 @@ func (r *Report) writeDetails(w io.Writer, item func(string) string, indent stri
 		}
 	}
 	header := false
+	for _, t := range r.Tags {
+		for _, h := range t.OpenPins {
+			if !header {
+				header = true
+				fmt.Fprintf(w, "\npinned until the session ended (the events log records no disconnect: when the backend was released is unknown):\n")
+			}
+			fmt.Fprintf(w, "%s%s\n", indent, item(fmt.Sprintf("%s  session %d  client %s  user %s  pins %s  since %s (at least %.3f s)",
+				h.Tag, h.SessionID, h.Client, h.User, strings.Join(h.Pins, ","), fmtTime(h.Start), h.Seconds)))
+		}
+		if n := t.PinnedUntilDisconnect - int64(len(t.OpenPins)); n > 0 {
+			fmt.Fprintf(w, "%s%s\n", indent, item(fmt.Sprintf("%s: %d more", t.Tag, n)))
+		}
+	}
+	header = false
 	for _, t := range r.Tags {
 		for _, u := range t.UnknownReasons {
 			if !header {

@@ -34,7 +34,13 @@ func newAnalyzeCmd() *cobra.Command {
 		Long: `analyze reads ProxySQL's JSON events log (mysql-eventslog_format=2; plain or
 gzip, several files oldest first) and/or processlist recordings, and reports per
 tag how long backend connections were held: hold seconds and share, transactions,
-statements, hold p50/p99/max, idle share, pins, and the longest holds.`,
+statements, hold p50/p99/max, idle share, pins, and the longest holds.
+
+A session pinned to its backend (a user variable, a lock, a temporary table) after its
+last statement keeps it until it disconnects, which the events log does not record: such
+holds are listed apart, "pinned until the session ended", with no end and in no
+percentile. Input with no valid event, or nothing that matches --tag, --user,
+--hostgroup, --from and --to, is an error that says so (exit status 1).`,
 		Example: `  holdtime analyze /var/lib/proxysql/events.log.*
   holdtime analyze --tag checkout_completion --from 2026-12-02T08:00:00Z events.json.gz
   holdtime analyze --processlist rec/processlist.tsv --format markdown events.json`,
@@ -110,6 +116,11 @@ func (a *analyzeCmd) run(ctx context.Context, args []string) error {
 	rep, err := collector.Analyze(ctx, cfg)
 	if err != nil {
 		return err
+	}
+	for _, tag := range a.tags {
+		if rep.Tag(tag) == nil {
+			fmt.Fprintf(a.errOut, "holdtime: warning: no hold of tag %s in the input\n", tag)
+		}
 	}
 	if rep.EventsLog != nil {
 		for _, w := range rep.EventsLog.Warnings {

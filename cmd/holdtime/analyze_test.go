@@ -120,3 +120,22 @@ func TestAnalyzeErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestAnalyzeNothingToReport: garbage-only input and a tag that is not in
+// the input exit non-zero with one line that says so.
+func TestAnalyzeNothingToReport(t *testing.T) {
+	garbage := filepath.Join(t.TempDir(), "garbage.json")
+	os.WriteFile(garbage, []byte("{oops\n"), 0o644)
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"analyze", garbage}, "no valid event"},
+		{[]string{"analyze", "--tag", "nosuchtag", statesLog}, "no hold of tag nosuchtag"},
+	} {
+		code, out, errOut := runCLI(t, tt.args...)
+		if code != 1 || !strings.Contains(errOut, tt.want) || strings.Count(strings.TrimSpace(errOut), "\n") > 1 || out != "" {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q; want exit 1 and %q", tt.args, code, out, errOut, tt.want)
+		}
+	}
+}

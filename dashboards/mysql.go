@@ -16,7 +16,7 @@ func mysqlServer() *dashboard.DashboardBuilder {
 	b := newDashboard("holdtime-mysql", "holdtime: MySQL server transactions and locks by tag",
 		"Server-side view per tag, from the collector's MySQL source: open InnoDB transactions, their age and rows locked, and who waits on whom.").
 		WithVariable(labelVariable(varTarget, "target", colUp+`{source="mysql"}`, "The MySQL/MariaDB servers the collector polls.")).
-		WithVariable(labelVariable(varTag, "conn_tag", colHold+`{source="mysql", target=~"$target"}`, "The business process (conn_tag)."))
+		WithVariable(labelVariable(varTag, "conn_tag", layerHold+`{layer="server", target=~"$target"}`, "The business process (conn_tag)."))
 
 	b = b.WithRow(row("Transactions by tag"))
 	for _, p := range []panel{{
@@ -57,34 +57,8 @@ func mysqlServer() *dashboard.DashboardBuilder {
 		height:      6,
 	}))
 
-	b = b.WithRow(row("Server connections by tag"))
-	srv := []string{selTarget, selMySQL, selTag}
-	for _, p := range []panel{{
-		title:       "Server occupancy by tag",
-		description: "rate(hold seconds) at the server: server connections kept busy per tag, from the processlist.",
-		unit:        unitConnBusy,
-		queries:     []q{{"sum by (conn_tag) (" + rate(colHold, srv...) + ")", "{{conn_tag}}"}},
-		stack:       true,
-	}, {
-		title:       "Server sessions by tag",
-		description: "Server sessions holding a connection right now, per tag.",
-		unit:        unitCount,
-		queries:     []q{{"sum by (conn_tag) (" + colSessions + sel(srv...) + ")", "{{conn_tag}}"}},
-		stack:       true,
-	}, {
-		title:          "Server idle-hold share by tag",
-		description:    "Idle / held at the server: sessions that keep a transaction open between statements.",
-		unit:           unitPercent,
-		queries:        []q{{"sum by (conn_tag) (" + rate(colIdle, srv...) + ") / sum by (conn_tag) (" + rate(colHold, srv...) + ")", "{{conn_tag}}"}},
-		thresholds:     idleShareThresholds(),
-		showThresholds: true,
-		max:            1,
-	}, {
-		title:       "Server statements by tag",
-		description: "Statements per second per tag as the server ran them (performance_schema).",
-		unit:        unitPerSec,
-		queries:     []q{{"sum by (conn_tag) (" + rate(colStmts, srv...) + ")", "{{conn_tag}}"}},
-	}} {
+	b = b.WithRow(row("Server layer: connections by tag (headline: mysql)"))
+	for _, p := range layerRow("server", "Server", selServer) {
 		b = b.WithPanel(timeSeries(p))
 	}
 	b = b.WithRow(row("Collector sources"))

@@ -25,7 +25,7 @@ func proxysqlPool() *dashboard.DashboardBuilder {
 		"ProxySQL's backend connection pool per hostgroup and server, and the sessions that pin a backend (multiplexing off) by tag and reason.").
 		WithVariable(labelVariable(varTarget, "target", pxPoolConns, "The ProxySQL instances the collector polls.")).
 		WithVariable(labelVariable(varHostgroup, "hostgroup", pxPoolConns+`{target=~"$target"}`, "ProxySQL hostgroups.")).
-		WithVariable(labelVariable(varTag, "conn_tag", colHold+`{source=~"proxysql_.*", target=~"$target"}`, "The business process (conn_tag)."))
+		WithVariable(labelVariable(varTag, "conn_tag", layerHold+`{layer="proxy", target=~"$target"}`, "The business process (conn_tag)."))
 
 	b = b.WithRow(row("Backend pool"))
 	for _, p := range []panel{{
@@ -72,13 +72,12 @@ func proxysqlPool() *dashboard.DashboardBuilder {
 			{"sum by (target) (" + pxClientConns + sel(selTarget) + ")", "clients {{target}}"},
 			{"sum by (target) (" + pxActiveTrx + sel(selTarget) + ")", "transactions {{target}}"},
 		},
-	}, {
-		title:       "Backend occupancy by tag",
-		description: "Backend connections each tag keeps busy at ProxySQL (rate of backend hold seconds).",
-		unit:        unitConnBusy,
-		queries:     []q{{"sum by (conn_tag) (" + rate(colHold, selTarget, selProxySource, selTag) + ")", "{{conn_tag}}"}},
-		stack:       true,
 	}} {
+		b = b.WithPanel(timeSeries(p))
+	}
+
+	b = b.WithRow(row("Proxy layer: backends by tag (headline: events log, else processlist)"))
+	for _, p := range layerRow("proxy", "Backend", selProxy) {
 		b = b.WithPanel(timeSeries(p))
 	}
 

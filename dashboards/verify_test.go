@@ -6,12 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -45,8 +47,11 @@ func requireTool(t *testing.T, available bool, msg string) {
 }
 
 // needsProxySQL reports whether a query can only return data with a ProxySQL
-// in front of the server: every query of the ProxySQL dashboard.
-func needsProxySQL(q dashboards.Query) bool { return q.Dashboard == "holdtime-proxysql" }
+// in front of the server: every query of the ProxySQL dashboard, and the
+// proxy layer's elsewhere.
+func needsProxySQL(q dashboards.Query) bool {
+	return q.Dashboard == "holdtime-proxysql" || strings.Contains(q.Expr, `layer="proxy"`)
+}
 
 // TestEveryPanelReturnsData runs a short workload through conntag and the
 // reservation engine against the test server (through ProxySQL when one is
@@ -138,8 +143,8 @@ func TestEveryPanelReturnsData(t *testing.T) {
 	}
 	t.Cleanup(func() { prom.Close() })
 
-	stopLocks := workload(ctx, t, db, mp)
-	t.Cleanup(stopLocks)
+	stopWorkload := workload(ctx, t, db, mp)
+	t.Cleanup(stopWorkload)
 
 	queries, err := dashboards.Queries()
 	if err != nil {
@@ -216,6 +221,104 @@ func TestEveryPanelReturnsData(t *testing.T) {
 	for name, u := range map[string]string{"app (conntag, reservation)": appServer.URL, "collector": colServer.URL + "/metrics"} {
 		lintMetrics(t, name, u)
 	}
+
+	// The per-layer totals the dashboards compute equal the collector's
+	// own, once the workload has stopped and both have caught up.
+	stopWorkload()
+	checkLayerTotals(ctx, t, col, prom, proxy != nil)
+}
+
+// layerTotal is a rate() of the layer hold a dashboard aggregates: the same
+// aggregation of the counter itself gives the layer's total hold per tag.
+var layerRate = regexp.MustCompile(`rate\((holdtime_collector_layer_hold_seconds_total\{[^}]*\})\[[^\]]*\]\)`)
+
+// checkLayerTotals evaluates, in Prometheus, every dashboard query that
+// aggregates the proxy or server layer's hold by tag, with the counter in
+// place of its rate, and compares each tag's total with the collector's
+// own figure for that layer (its /api/v1/top over the whole run): within
+// 5 %. A query that added the sources of a layer would be twice as high or
+// more.
+func checkLayerTotals(ctx context.Context, t *testing.T, col *collector.Collector, prom *testenv.Prometheus, withProxy bool) {
+	t.Helper()
+	own := func() map[collector.Layer]map[string]float64 {
+		r, err := col.TopReport(collector.TopQuery{Window: 5 * time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[collector.Layer]map[string]float64{}
+		for _, row := range r.Rows {
+			for l, lf := range row.Layers {
+				if out[l] == nil {
+					out[l] = map[string]float64{}
+				}
+				out[l][row.Tag] = lf.HoldSeconds
+			}
+		}
+		return out
+	}
+	// Quiet: the collector's figures stop moving (the MySQL source credits
+	// what it saw at its next poll, the events log is read every 200 ms).
+	prev := own()
+	for range 20 {
+		time.Sleep(time.Second) // the collector's polls: nothing to wait on from outside
+		cur := own()
+		if fmt.Sprint(cur) == fmt.Sprint(prev) {
+			break
+		}
+		prev = cur
+	}
+	queries, err := dashboards.Queries()
+	if err != nil {
+		t.Fatal(err)
+	}
+	checked := 0
+	for _, q := range queries {
+		var l collector.Layer
+		switch {
+		case strings.Contains(q.Expr, `layer="server"`):
+			l = collector.LayerServer
+		case strings.Contains(q.Expr, `layer="proxy"`) && withProxy:
+			l = collector.LayerProxy
+		default:
+			continue
+		}
+		if !layerRate.MatchString(q.Expr) || !strings.Contains(q.Expr, "sum by (conn_tag)") || strings.Contains(q.Expr, " / ") {
+			continue
+		}
+		promql := dashboards.Substitute(layerRate.ReplaceAllString(q.Expr, "$1"), "1m")
+		want := prev[l]
+		var got map[string]float64
+		var off []string
+		for range 30 { // Prometheus scrapes every second
+			samples, err := prom.Query(ctx, promql)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got = map[string]float64{}
+			for _, s := range samples {
+				got[s.Metric["conn_tag"]] = s.Value
+			}
+			off = off[:0]
+			for tag, w := range want {
+				if g := got[tag]; w > 0.05 && math.Abs(g-w) > 0.05*w {
+					off = append(off, fmt.Sprintf("%s: dashboard %.3f s, collector %.3f s", tag, g, w))
+				}
+			}
+			if len(off) == 0 {
+				break
+			}
+			time.Sleep(time.Second) // the next scrape
+		}
+		if len(off) > 0 {
+			t.Errorf("dashboard %s, panel %q: the %s layer's totals differ from the collector's by more than 5%%: %s\n\t%s",
+				q.Dashboard, q.Panel, l, strings.Join(off, "; "), promql)
+		}
+		checked++
+	}
+	if checked < 2 {
+		t.Errorf("%d dashboard queries of a layer's hold checked against the collector", checked)
+	}
+	t.Logf("%d dashboard layer queries equal the collector's per-layer totals (within 5%%): %v", checked, prev)
 }
 
 // checkRulesLoaded asks Prometheus for its rule groups: the deploy rules
@@ -293,8 +396,9 @@ func hostPort(t *testing.T, raw string) string {
 // inline and background refills, long holds, pool waits, a failed
 // statement, and a transaction holding a row lock another session waits on.
 // The lock stays until the returned function is called, so the gauges of
-// open transactions and lock waits are there when the queries run.
-func workload(ctx context.Context, t *testing.T, db *sql.DB, mp *sdkmetric.MeterProvider) (stopLocks func()) {
+// open transactions and lock waits are there when the queries run; it also
+// stops the engine's background work, so that the figures come to rest.
+func workload(ctx context.Context, t *testing.T, db *sql.DB, mp *sdkmetric.MeterProvider) (stop func()) {
 	t.Helper()
 	engine, err := reservation.New(db, reservation.Config{
 		// Generous: under load the buyers below contend with the hogs for a
@@ -311,7 +415,8 @@ func workload(ctx context.Context, t *testing.T, db *sql.DB, mp *sdkmetric.Meter
 	runCtx, stopRun := context.WithCancel(ctx)
 	runDone := make(chan struct{})
 	go func() { engine.Run(runCtx); close(runDone) }()
-	t.Cleanup(func() { stopRun(); <-runDone })
+	stopEngine := sync.OnceFunc(func() { stopRun(); <-runDone })
+	t.Cleanup(stopEngine)
 
 	hot := reservation.ItemKey{ShopID: 1, ItemID: 1, GroupID: 1}
 	scarce := reservation.ItemKey{ShopID: 1, ItemID: 2, GroupID: 1}
@@ -429,9 +534,10 @@ func workload(ctx context.Context, t *testing.T, db *sql.DB, mp *sdkmetric.Meter
 		defer close(waiting)
 		waiter.ExecContext(waiterCtx, "UPDATE checkout_orders SET n = n + 1 WHERE id = 1")
 	}()
-	return func() {
+	return sync.OnceFunc(func() {
 		blocker.Rollback()
 		<-waiting
 		waiter.Close()
-	}
+		stopEngine()
+	})
 }

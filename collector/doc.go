@@ -30,25 +30,72 @@
 //     turns them into sampled holds, taking the tag of a session idle in a
 //     transaction from the events log when both are given.
 //   - Aggregator and Report sum holds per tag in bounded memory (percentiles
-//     from fixed-size histograms, the longest holds kept as a short list)
-//     and render them as a table, Markdown or JSON.
+//     from fixed-size histograms, capped at the longest hold; the longest
+//     holds kept as a short list) and render them as a table, Markdown or
+//     JSON. A hold whose sticky pin kept its backend until the session
+//     ended (the log records no disconnect) has an unknown end: it is
+//     listed apart and in no percentile. Analyze returns ErrNothingToReport
+//     when the input has no valid event or nothing matches the filter.
 //
 // Times are Unix microseconds, as in the events log.
 //
 // # The collector daemon
 //
 // New(Config) returns a Collector; Run(ctx) polls its sources until ctx
-// ends; Top(window) ranks tags by occupancy; Handler serves /metrics,
-// /api/v1/top, /healthz, /readyz and (OTLP on) /v1/traces. `holdtime
-// collect` is a thin front end; `holdtime top` and the demo can use the same
-// API in-process. /api/v1/top answers a whole JSON document or a JSON
-// error ({"error": "..."}, 400 or 500), never a partial 200. Its sources
-// say why one is down (last_error) and what kind of failure that is
-// (failure: connection_refused, timeout, access_denied, unknown_database,
-// ...; see FailureOf), so a front end can tell what to fix and whether
-// waiting helps. No counter
-// ever goes backwards or becomes NaN: a figure that would is dropped and
-// counted in holdtime_collector_malformed_rows_total.
+// ends; TopReport(TopQuery) ranks tags by occupancy (Top(window) is the
+// default ranking); Sources() says how each source is; Handler serves
+// /metrics, /api/v1/top, /healthz, /readyz and (OTLP on) /v1/traces.
+// `holdtime collect` is a thin front end; `holdtime top` and the demo can
+// use the same API in-process. /api/v1/top answers a whole JSON document
+// or a JSON error ({"error": "..."}, 400 or 500), never a partial 200. Its
+// sources say why one is down (last_error) and what kind of failure that
+// is (failure: connection_refused, timeout, access_denied,
+// unknown_database, ...; see FailureOf), so a front end can tell what to
+// fix and whether waiting helps. No counter ever goes backwards or becomes
+// NaN: a figure that would is dropped and counted in
+// holdtime_collector_malformed_rows_total.
+//
+// # Layers
+//
+// A connection is held at three places, each a different scarce resource,
+// and a tag has one figure per layer:
+//
+//   - app: a client pool connection borrowed from database/sql (conntag's
+//     hold spans over OTLP; source otlp);
+//   - proxy: a ProxySQL backend connection bound to a client session
+//     (proxysql_events, proxysql_processlist; proxysql_digest is a
+//     cross-check);
+//   - server: a MySQL server connection busy in a statement or an open
+//     transaction (source mysql).
+//
+// Within a layer one source per target is the headline, fixed by the
+// configuration so that counters never switch sources between polls, by
+// the precedence "exact before sampled, sampled before inferred": proxy:
+// proxysql_events when the target has an events log, else
+// proxysql_processlist (the digest source is never a headline); server:
+// mysql; app: otlp. Sources of one layer see the same hold and are never
+// added up; targets of one layer are (two ProxySQL instances are two
+// pools). A figure never travels between layers: a divergence is
+// information. app much higher than server: the app holds connections idle
+// outside a transaction (a slow call while holding one), which costs app
+// pool slots, not the database. server with no app figure: another client,
+// or an app without conntag. unknown is hold whose owner could not be
+// known (a transaction whose statements were not seen); untagged is hold
+// of statements seen without a conn_tag.
+//
+// GET /api/v1/top?window=10s|1m|5m&layer=app|proxy|server|max&sort=KEY
+// &filter=SUBSTRING&source=SOURCE&limit=N answers TopResponse: each row
+// (TopRow) has the figures of its ranking layer at the top level (layer
+// max, the default: the tag's largest occupancy, so a hog is first wherever
+// it holds), every layer's figures under "layers" (an absent layer is an
+// absent key, never zeros) and every source's under "sources"; the
+// response carries the span the figures cover (covered_seconds, per layer
+// in "layers"), each layer's headline per target, and every source's
+// health: state up, degraded (answers, some figures incomplete: reason,
+// detail, fix), down (its polls fail) or waiting (before its first poll;
+// the OTLP receiver before the first export, or PushIdle after the last).
+// Occupancy and statements per second divide by the same covered span. A
+// bad parameter is a 400 with a JSON body naming the valid values.
 //
 // Sources, each optional, each on its own interval, each marked down on
 // failure (its gauges disappear: stale, never zero) and retried with
@@ -93,23 +140,15 @@
 //     never read again. Lines are checked as EventsReader checks them, the
 //     log's clock starting at the collector's; skipped lines are counted,
 //     and one a minute is logged with its reason.
-//   - MySQL/MariaDB (Config.MySQL): every second, three queries: PROCESSLIST
-//     joined to INNODB_TRX, performance_schema.events_statements_history
-//     (the last statements of each session: tags of idle transactions,
-//     statements, errors), and lock waits (MariaDB:
-//     information_schema.INNODB_LOCK_WAITS; MySQL 8.0:
-//     performance_schema.data_lock_waits, chosen by VERSION()). A session
-//     holds its server connection while a statement runs or a transaction is
-//     open. An open transaction's hold is integrated over polls (its idle
-//     time is what sampling is for); a statement outside a transaction is
-//     credited its exact time (TIMER_WAIT) once it completes, since
-//     sampling would credit a 40 ms statement a whole interval or nothing.
-//     Statements the driver sends by itself (SET TRANSACTION, SET NAMES,
-//     SET autocommit, BEGIN/COMMIT, conntag's SELECT CONNECTION_ID()) name
-//     no tag and are not counted. Polls must be at least MinServerInterval
-//     apart: InnoDB freezes INNODB_TRX when read more often than every
-//     100 ms, and MariaDB may list a just-committed transaction for up to
-//     100 ms (a session idle since its COMMIT is not counted as holding).
+//   - MySQL/MariaDB (Config.MySQL): every second, three queries:
+//     PROCESSLIST joined to INNODB_TRX; performance_schema statements (the
+//     running ones from events_statements_current, with the time they ran
+//     so far, and those completed since the last read from
+//     events_statements_history_long, by TIMER_END); and lock waits
+//     (MariaDB: information_schema.INNODB_LOCK_WAITS; MySQL 8.0:
+//     performance_schema.data_lock_waits, chosen by VERSION()). Once per
+//     connection and every 30 s it reads VERSION(), Uptime,
+//     @@performance_schema and setup_consumers. See "The MySQL source".
 //   - OTLP/HTTP (Config.OTLP): conntag's db.connection.hold spans (hold,
 //     active, idle per tag, app side) and statement spans (statements,
 //     errors), protobuf or JSON, plain or gzip (other Content-Encodings
@@ -119,6 +158,54 @@
 //     times ordered and at most 7 days apart, a session id a non-negative
 //     integer. A span that fails is rejected (partial success), counted as
 //     malformed, and leaves no series behind.
+//     A push source: waiting until the first export, up while exports
+//     arrive (each advances its last success), waiting again PushIdle after
+//     the last one (an idle app sends nothing; waiting is never stale).
+//
+// # The MySQL source
+//
+// A session holds its server connection while a statement runs or a
+// transaction is open. An open transaction holds from its BEGIN (the
+// server's timer, mapped to the collector's clock by the poll's own running
+// statement) to the end of its COMMIT, sampled between polls (idle or
+// active as the poll saw it), to the tag of its statements; without
+// performance_schema, from the first to the last poll that lists it. A
+// statement outside a transaction holds while it runs: each poll credits
+// the time it ran since the last, and its completion the rest of its exact
+// TIMER_WAIT, never twice; one that started and ended between two polls is
+// credited its TIMER_WAIT. A session gone between two polls earns nothing
+// after the last poll that listed it; a server restart (Uptime says it
+// started after the last poll, or performance_schema's timer went back)
+// forgets every session.
+//
+// events_statements_history_long keeps the rows of threads that ended, so
+// a client that disconnects right after its statement is counted.
+// Statements are counted exactly as long as that ring (10,000 rows by
+// default) does not wrap between two polls (tested: 10,000 statements at
+// 11,000 per second, 200 ms polls, every one counted); when it wraps, the
+// count is labelled a lower bound (statements_lower_bound in the API).
+// Statements the driver sends by itself (SET TRANSACTION, SET NAMES, SET
+// autocommit, BEGIN/COMMIT, conntag's SELECT CONNECTION_ID()) name no tag
+// and are not counted. Every query the source sends starts with
+// CollectorMarker (/* holdtime:collector */): a session running one is
+// never held and such statements are never counted, so collectors and
+// `holdtime top --mysql` polling one server do not count each other.
+//
+// The source is degraded, with the reason and the fix in /api/v1/top,
+// holdtime_source_degraded and the log, when performance_schema is off
+// (MariaDB's default), the account cannot read it, or its statement
+// consumers are off. Without history_long (MySQL's default) it reads
+// events_statements_history, the last 10 statements per session: a
+// sample. The fix: UPDATE performance_schema.setup_consumers SET ENABLED =
+// 'YES' WHERE NAME IN ('events_statements_history_long'), and
+// performance-schema-consumer-events-statements-history-long=ON under
+// [mysqld] to keep it after a restart; the source reads the setup again
+// every 30 s.
+//
+// Polls must be at least MinServerInterval apart: InnoDB freezes
+// INNODB_TRX when read more often than every 100 ms, and MariaDB may list
+// a just-committed transaction for up to 100 ms (a session idle since its
+// COMMIT is not counted as holding).
 //
 // Memory: per (target, source) at most Config.MaxTags tags (further ones go
 // to OverflowTag, counted once per observation: span, hold, sampled row),
@@ -129,20 +216,30 @@
 //
 // # Metrics
 //
-// Labels: target (the configured instance name), source (proxysql_processlist,
-// proxysql_events, proxysql_digest, mysql, otlp; proxysql_pool for source
-// health only), conn_tag.
+// Labels: target (the configured instance name), layer (app, proxy,
+// server), source (proxysql_processlist, proxysql_events, proxysql_digest,
+// mysql, otlp; proxysql_pool for source health only), conn_tag.
 //
-//   - holdtime_collector_hold_seconds_total{target,source,conn_tag}: connection
-//     hold; rate() is occupancy.
-//   - holdtime_collector_idle_hold_seconds_total{target,source,conn_tag}: hold
-//     with no statement running.
-//   - holdtime_collector_active_seconds_total{target,source,conn_tag}: time in
-//     statements (digest: sum_time).
-//   - holdtime_collector_statements_total{target,source,conn_tag},
-//     holdtime_collector_statement_errors_total{target,source,conn_tag}.
-//   - holdtime_collector_sessions{target,source,conn_tag}: sessions holding a
-//     backend (ProxySQL) or server connection (MySQL) now.
+//   - holdtime_collector_layer_hold_seconds_total{target,layer,conn_tag}:
+//     connection hold at a layer, from the (target, layer)'s headline
+//     source; rate() is occupancy. Sum over target, never over layer.
+//   - holdtime_collector_layer_idle_hold_seconds_total,
+//     holdtime_collector_layer_active_seconds_total,
+//     holdtime_collector_layer_statements_total,
+//     holdtime_collector_layer_statement_errors_total{target,layer,conn_tag};
+//     holdtime_collector_layer_sessions{target,layer,conn_tag} (sessions
+//     holding a connection now: proxy from stats_mysql_processlist, server
+//     from the processlist).
+//   - holdtime_collector_layer_source{target,layer,source} 1: each
+//     headline.
+//   - Per source, for cross-checks (one hold is seen by several sources of
+//     a layer: never sum these over source):
+//     holdtime_collector_hold_seconds_total{target,source,conn_tag},
+//     holdtime_collector_idle_hold_seconds_total,
+//     holdtime_collector_active_seconds_total (digest: sum_time),
+//     holdtime_collector_statements_total,
+//     holdtime_collector_statement_errors_total,
+//     holdtime_collector_sessions{target,source,conn_tag}.
 //   - holdtime_collector_pinned_sessions{target,conn_tag,reason},
 //     holdtime_collector_pinned_seconds_total{target,conn_tag,reason}.
 //   - holdtime_proxysql_pool_connections{target,hostgroup,server,state}
@@ -157,7 +254,10 @@
 //     holdtime_mysql_transaction_max_age_seconds{target,conn_tag},
 //     holdtime_mysql_rows_locked{target,conn_tag},
 //     holdtime_mysql_lock_waits{target,waiter_tag,blocker_tag}.
-//   - holdtime_source_up{target,source},
+//   - holdtime_source_up{target,source} (1 up or degraded, 0 down or
+//     waiting), holdtime_source_state{target,source,state} (1 for the
+//     current of up, degraded, down, waiting),
+//     holdtime_source_degraded{target,source,reason},
 //     holdtime_source_last_success_timestamp_seconds{target,source},
 //     holdtime_collector_tags_overflow_total{target,source},
 //     holdtime_collector_malformed_rows_total{target,source}.

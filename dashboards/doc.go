@@ -16,9 +16,12 @@
 //
 //   - holdtime-occupancy, "Connection occupancy by tag": the headline view.
 //     Occupancy is rate(hold seconds): the connections a tag keeps busy
-//     (Little's law). App side from conntag (hold, idle hold, active,
-//     long holds, pool waits), backend side from the collector (ProxySQL,
-//     the MySQL server, app spans over OTLP), side by side.
+//     (Little's law), one figure per layer: app (conntag's own metrics:
+//     hold, idle hold, active, long holds, pool waits), proxy and server
+//     (the collector's holdtime_collector_layer_* figures, each target's
+//     headline source, added up over targets), side by side with how to
+//     read a divergence, the headline source of each layer, and one
+//     cross-check panel of every source apart.
 //   - holdtime-proxysql, "ProxySQL backend pool and pins": used and free
 //     backends per hostgroup and server, errors, latency, get failures, and
 //     the sessions that pin a backend (multiplexing off) by tag and reason.
@@ -29,6 +32,12 @@
 //     rates and latency, contention (retries, short reads, skipped units),
 //     pool depth, refills and refill wait, expiries, and the oversell guard
 //     (reserves the ledger refused).
+//
+// No query adds the collector's per-source figures of several sources
+// together (one hold is seen by up to four sources of a layer): a test
+// over every query, variable and alert rule fails on such a sum, and the
+// real-Prometheus test checks that the per-layer totals the dashboards
+// compute equal the collector's own within 5 %.
 //
 // Every dashboard has a datasource variable (any Prometheus), the
 // instance or target it looks at, and a tag filter; all are multi-value with

@@ -54,6 +54,12 @@ events log and receives conntag's spans over OTLP/HTTP, and serves per-tag
 connection occupancy on /metrics (Prometheus), /api/v1/top (JSON), /healthz and
 /readyz. Each source is optional and fails on its own.
 
+Figures are per layer: app (conntag's spans), proxy (ProxySQL: the events log when
+given, else processlist sampling) and server (the MySQL source); /api/v1/top?layer=
+app|proxy|server|max ranks by one, or each tag by its largest. The MySQL account needs
+PROCESS and SELECT on performance_schema, with the events_statements_history_long
+consumer on; without it the source reports itself degraded and says what to change.
+
 Every flag has an environment variable (HOLDTIME_ + the flag in upper case,
 dashes as underscores); repeatable flags take several values separated by ';'
 in the variable (so a DSN whose password holds a ';' goes on the command line).

@@ -174,7 +174,9 @@ type TopQuery struct {
 	Window time.Duration
 	// Layer is app, proxy, server or max (default): the layer whose figures
 	// rank the rows and fill TopRow's top-level fields. With a layer named,
-	// tags that layer did not see are left out.
+	// tags that layer did not see are left out; a tag seen only by a
+	// cross-check source (digests, or the processlist of a target whose
+	// headline is its events log) is in no layer ranking: Source shows it.
 	Layer string
 	// Source, when set, ranks by that one source's figures instead (a
 	// cross-check); tags it did not see are left out.

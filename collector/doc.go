@@ -186,7 +186,13 @@
 // count is labelled a lower bound (statements_lower_bound in the API).
 // Statements the driver sends by itself (SET TRANSACTION, SET NAMES, SET
 // autocommit, BEGIN/COMMIT, conntag's SELECT CONNECTION_ID()) name no tag
-// and are not counted. Every query the source sends starts with
+// and are not counted. MariaDB records no text for the execution of a
+// server-side prepared statement (what go-sql-driver sends for a statement
+// with arguments unless interpolateParams=true): such a statement takes its
+// tag from the processlist while a poll sees it running, else from its
+// transaction's other statements or its session's last one, else it counts
+// as unknown. interpolateParams=true (one round trip instead of three) gives
+// the server every statement's text. Every query the source sends starts with
 // CollectorMarker (/* holdtime:collector */): a session running one is
 // never held and such statements are never counted, so collectors and
 // `holdtime top --mysql` polling one server do not count each other.

@@ -48,10 +48,14 @@ const (
 	// server's timer, picoseconds since it started). SQL_TEXT keeps
 	// comments, unlike statement digests. history_long keeps the rows of
 	// threads that ended, so a client that disconnects right after its
-	// statement is still counted; the LEFT JOIN keeps them.
+	// statement is still counted; the LEFT JOIN keeps them. MariaDB records
+	// no text for the execution of a prepared statement (COM_STMT_EXECUTE):
+	// its tag comes from the processlist while it runs, else from its
+	// transaction or session (see executeTag).
 	queryCompletedFmt = `SELECT h.THREAD_ID, t.PROCESSLIST_ID, 0, h.EVENT_ID, 0, h.SQL_TEXT, h.ERRORS, h.TIMER_WAIT, h.TIMER_END ` +
 		`FROM performance_schema.%s h LEFT JOIN performance_schema.threads t ON t.THREAD_ID = h.THREAD_ID ` +
-		`WHERE h.TIMER_END > ? AND h.NESTING_EVENT_LEVEL = 0 AND h.SQL_TEXT IS NOT NULL%s`
+		`WHERE h.TIMER_END > ? AND h.NESTING_EVENT_LEVEL = 0 ` +
+		`AND (h.SQL_TEXT IS NOT NULL OR h.EVENT_NAME = 'statement/com/Execute')%s`
 	// MariaDB (10.6+, and MySQL 5.7) keep lock waits in information_schema.
 	queryLockWaitsMariaDB = CollectorMarker + `SELECT r.trx_mysql_thread_id, b.trx_mysql_thread_id ` +
 		`FROM information_schema.INNODB_LOCK_WAITS w ` +
@@ -239,8 +243,8 @@ func (m *mysqlTarget) close() error {
 // between a transaction's start and its first statement, and a pooled
 // session to whatever ran last.
 func (m *mysqlTarget) tagOfStatement(q string) (string, bool) {
-	if isCollectorStatement(q) {
-		return "", false
+	if q == "" || isCollectorStatement(q) {
+		return "", false // no text (a prepared statement's execution on MariaDB) names nothing
 	}
 	b := []byte(q)
 	if class, _, _ := classify(b); class == classBegin || class == classCommit ||
@@ -646,6 +650,20 @@ func (m *mysqlTarget) sessionTag(r *serverRow) string {
 	return UnknownTag
 }
 
+// executeTag is the tag of a prepared statement's execution that MariaDB
+// recorded without its text and the source did not see running: its
+// transaction's (the first tagged statement since the last read), else
+// the session's last, else unknown.
+func (m *mysqlTarget) executeTag(pid int64, w *trxWindow) string {
+	if w != nil && w.firstTag != "" {
+		return w.firstTag
+	}
+	if s := m.sessions[pid]; s != nil && s.tag != "" && pid != 0 {
+		return s.tag
+	}
+	return UnknownTag
+}
+
 // trxWindow is what one read of completed statements says of a session's
 // transactions: the latest BEGIN and COMMIT/ROLLBACK since the last read,
 // and the statements of a transaction begun since, whose time is credited
@@ -655,6 +673,10 @@ type trxWindow struct {
 	beginEvent, commitEvent uint64
 	beginStart, commitEnd   uint64 // server timer, picoseconds
 	pending                 []pendingStmt
+	// firstTag is the tag of the first statement since the last read that
+	// came before any COMMIT: it names the transaction the last poll held
+	// without a tag, even when that transaction has ended since.
+	firstTag string
 }
 
 type pendingStmt struct {
@@ -749,7 +771,14 @@ func (m *mysqlTarget) apply(at time.Time, rows []serverRow, stmts []stmtRow, wai
 			runningIn[st.pid] = elapsed
 			continue
 		}
-		tag, ok := m.tagOfStatement(st.text)
+		text := st.text
+		if text == "" && r.info.Valid {
+			text = r.info.String // a prepared statement's execution: its text is in the processlist
+		}
+		if text == "" {
+			continue
+		}
+		tag, ok := m.tagOfStatement(text)
 		if !ok {
 			continue
 		}
@@ -790,7 +819,17 @@ func (m *mysqlTarget) apply(at time.Time, rows []serverRow, stmts []stmtRow, wai
 			if tag == UnknownTag {
 				// Held without a known tag at the last poll (a transaction
 				// that had only begun): its first statement since names it.
-				if s := m.sessions[h.id]; s != nil && s.tag != "" {
+				w := wins[h.id]
+				switch r := listed[h.id]; {
+				case w != nil && w.firstTag != "":
+					tag = w.firstTag
+				case !w.ended() && r.command != "Sleep" && r.info.Valid:
+					// still in that transaction, running its next statement
+					if t, ok := m.tagOfStatement(r.info.String); ok {
+						tag = t
+					}
+				}
+				if s := m.sessions[h.id]; tag == UnknownTag && s != nil && s.tag != "" {
 					tag = s.tag
 				}
 			}
@@ -953,19 +992,21 @@ func (m *mysqlTarget) completed(stmts []stmtRow, sampled map[int64]bool, timed b
 		if st.pid == 0 {
 			continue
 		}
-		begin, end := boundary(st.text)
-		if !begin && !end {
-			continue
-		}
 		w := wins[st.pid]
 		if w == nil {
 			w = &trxWindow{}
 			wins[st.pid] = w
 		}
-		if begin {
+		begin, end := boundary(st.text)
+		switch {
+		case begin:
 			w.beginEvent, w.beginStart = st.key.event, start(st)
-		} else {
+		case end:
 			w.commitEvent, w.commitEnd = st.key.event, st.end
+		case w.firstTag == "" && w.commitEvent == 0:
+			if tag, ok := m.tagOfStatement(st.text); ok {
+				w.firstTag = tag
+			}
 		}
 	}
 	for pid, w := range wins {
@@ -984,7 +1025,16 @@ func (m *mysqlTarget) completed(stmts []stmtRow, sampled map[int64]bool, timed b
 	for _, st := range fresh {
 		rs := m.running[st.key]
 		delete(m.running, st.key)
-		tag, ok := m.tagOfStatement(st.text)
+		var tag string
+		var ok bool
+		switch {
+		case st.text != "":
+			tag, ok = m.tagOfStatement(st.text)
+		case rs != nil:
+			tag, ok = rs.tag, true
+		default:
+			tag, ok = m.executeTag(st.pid, wins[st.pid]), true
+		}
 		if !ok && rs == nil {
 			continue // a driver's statement: no business process's
 		}

@@ -588,3 +588,31 @@ func TestServerTransactionBounds(t *testing.T) {
 		t.Errorf("server-side hold %.3f s, the client held its transactions %.3f s", f.hold, client.Seconds())
 	}
 }
+
+// TestServerPreparedStatement: MariaDB's performance_schema records no text
+// for the execution of a server-side prepared statement (what
+// go-sql-driver does for a statement with arguments unless
+// interpolateParams is set): while it runs, its tag comes from the
+// processlist, and its completion settles it, counted once, never as
+// untagged.
+func TestServerPreparedStatement(t *testing.T) {
+	d := testenv.NewDatabase(t)
+	db := d.Open(t)
+	c, m := newServerTarget(t, d.DSN(), 250*time.Millisecond)
+	pollOK(t, m)
+	done := make(chan error, 1)
+	go func() {
+		_, err := db.Exec("/* conn_tag:prepared */ SELECT SLEEP(?)", 1.2)
+		done <- err
+	}()
+	waitFor(t, m, 5*time.Second, func() bool { return totals(c, "db", "prepared").hold > 0.5 })
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, m, 5*time.Second, func() bool { return totals(c, "db", "prepared").stmts > 0 })
+	f, u := totals(c, "db", "prepared"), totals(c, "db", UntaggedTag)
+	t.Logf("prepared: %.3f s, %v statements; untagged %.3f s, %v statements", f.hold, f.stmts, u.hold, u.stmts)
+	if math.Abs(f.hold-1.2) > 0.06 || f.stmts != 1 || u.hold > 0 {
+		t.Errorf("prepared statement: %+v, untagged %+v; want 1.2 s and 1 statement under its tag", f, u)
+	}
+}

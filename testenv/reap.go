@@ -19,7 +19,7 @@ import (
 // Leftovers never block a new start (ports and folders are always fresh);
 // this keeps the machine from filling up.
 func reapLeftovers() {
-	for _, prefix := range []string{dirPrefix, proxysqlDirPrefix, prometheusDirPrefix} {
+	for _, prefix := range []string{dirPrefix, proxysqlDirPrefix, prometheusDirPrefix, redisDirPrefix} {
 		matches, _ := filepath.Glob(filepath.Join(os.TempDir(), prefix+"*"))
 		if socketSafeTempDir() != os.TempDir() {
 			more, _ := filepath.Glob(filepath.Join(socketSafeTempDir(), prefix+"*"))

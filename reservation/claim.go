@@ -15,6 +15,12 @@ import (
 // deletes the hold in one transaction. It is idempotent: claiming a claimed
 // reservation returns nil.
 //
+// Concurrent claims of one shop are grouped: those that arrive while a
+// claim transaction is in flight are claimed together by the next one (at
+// most 100), which updates each ledger row they touch once, as its last
+// statement before COMMIT (see Claims and releases in groups in the
+// package doc).
+//
 // Claim against expiry has one winner, decided by the database clock under
 // the reservation's row lock: a claim that locks the reservation before
 // expires_at wins, even if the sweeper is due (the sweeper skips rows a
@@ -25,7 +31,13 @@ func (e *Engine) Claim(ctx context.Context, shopID uint64, reservationID string)
 	ctx = conntag.WithTag(ctx, e.cfg.Tags.Claim)
 	start := time.Now()
 	token := newToken()
-	err := e.retry(ctx, opClaim, true, token, func(r *retrier) error { return e.claimOnce(ctx, r, shopID, reservationID, token) })
+	err := e.retry(ctx, opClaim, true, token, func(r *retrier) error {
+		_, err := e.groupAttempt(ctx, r, opClaim, shopID, reservationID, token)
+		if errors.Is(err, errDue) {
+			return e.claimOnce(ctx, r, shopID, reservationID, token)
+		}
+		return err
+	})
 	e.metrics.op(ctx, opClaim, start, err)
 	if err != nil {
 		return fmt.Errorf("reservation: claim %s: %w", reservationID, err)
@@ -85,47 +97,21 @@ func (e *Engine) claimOnce(ctx context.Context, r *retrier, shopID uint64, id st
 // Release cancels a held reservation and returns its units to the pool
 // (those that do not fit under Config.PoolSize to the ledger, still
 // sellable). It is idempotent: releasing a released or expired reservation
-// returns nil. Releasing a claimed one returns ErrClaimed.
+// returns nil. Releasing a claimed one returns ErrClaimed. Concurrent
+// releases of one shop are grouped like claims.
 func (e *Engine) Release(ctx context.Context, shopID uint64, reservationID string) error {
 	ctx = conntag.WithTag(ctx, e.cfg.Tags.Release)
 	start := time.Now()
 	token := newToken()
-	err := e.retry(ctx, opRelease, true, token, func(r *retrier) error { return e.releaseOnce(ctx, r, shopID, reservationID, token) })
+	err := e.retry(ctx, opRelease, true, token, func(r *retrier) error {
+		_, err := e.groupAttempt(ctx, r, opRelease, shopID, reservationID, token)
+		return err
+	})
 	e.metrics.op(ctx, opRelease, start, err)
 	if err != nil {
 		return fmt.Errorf("reservation: release %s: %w", reservationID, err)
 	}
 	return nil
-}
-
-func (e *Engine) releaseOnce(ctx context.Context, r *retrier, shopID uint64, id string, token uint64) error {
-	tx, err := e.begin(ctx)
-	if err != nil {
-		return err
-	}
-	defer tx.Rollback()
-	state, _, err := lockState(ctx, tx, r, shopID, id, token)
-	if err != nil {
-		return err
-	}
-	switch state {
-	case StateClaimed:
-		return ErrClaimed
-	case StateReleased, StateExpired:
-		return nil
-	}
-	lines, err := endHold(ctx, tx, shopID, id, StateReleased, token)
-	if err != nil {
-		return err
-	}
-	pooled, err := e.returnUnits(ctx, tx, lines)
-	if err != nil {
-		return err
-	}
-	return r.commit(ctx, tx, func() {
-		e.stats.releases.Add(1)
-		e.returned(pooled)
-	})
 }
 
 // lockState locks a reservation row and reports its state and whether it

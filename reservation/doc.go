@@ -95,6 +95,29 @@
 // all. Mode 2 is safe with row-based or mixed binary logging, not with
 // binlog_format=STATEMENT.
 //
+// # Claims and releases in groups
+//
+// A claim updates its item's ledger row, and a transaction that updates a
+// row holds its lock until COMMIT: one claim at a time per item, at the
+// speed of COMMITs. So concurrent Claim calls of one shop form groups: the
+// calls that arrive while a claim transaction is in flight wait, and the
+// next transaction claims all of them (at most 100): one locking read of
+// their reservation rows (in primary key order), one read and one delete
+// of their reserved quantities, one update of their states (each marked
+// with its own call's token), and last, just before COMMIT, one update of
+// every ledger row they touch, so the ledger lock is held for one
+// statement and a COMMIT per group instead of per claim. The ledger stays
+// the source of truth. A member whose hold is due is expired in a
+// transaction of its own (see Claim against expiry); one that is claimed,
+// released or missing gets its answer from the same read. Releases are
+// grouped the same way, their units returned to the pools last. A group
+// that fails (deadlock, lost connection, a lost COMMIT reply) fails each
+// member it would have changed, and each one retries on its own with its
+// own token, as a lone call would: every claim and release still takes
+// effect exactly once. A group runs on a context no single member's
+// cancellation ends, bounded by Config.RetryBudget; a call whose context
+// ends while it waits for a group leaves, nothing done.
+//
 // # Claim against expiry
 //
 // The database clock decides, under the reservation's row lock: a claim that

@@ -25,7 +25,12 @@ type Engine struct {
 	cfg     Config
 	metrics *metrics
 	stats   counters
-	now     func() time.Time // time.Now; tests move it
+	groups  groups // claims and releases in flight, grouped per shop (group.go)
+	// groupHooks are called, when set (tests), when a call joins the queue
+	// of op and when a leader is about to run a group of n calls.
+	groupQueued func(op string)
+	groupLead   func(op string, n int)
+	now         func() time.Time // time.Now; tests move it
 
 	// hot is the refiller's working set: the item/groups reserved, released
 	// or stocked within Config.RefillIdle, with their live pool depth.

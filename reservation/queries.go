@@ -142,3 +142,27 @@ const (
 	removeUnitsSelect = `SELECT id FROM inventory_reservation_units ` +
 		`WHERE shop_id = ? AND inventory_item_id = ? AND inventory_group_id = ? ORDER BY id LIMIT ? FOR UPDATE SKIP LOCKED`
 )
+
+// Claim and release groups (group.go). Each statement names one shop and
+// lists the group's reservation ids or ledger rows: a range read of the
+// primary key, never a scan.
+const (
+	lockReservationsPrefix = `SELECT reservation_id, state, expires_at <= NOW(6), end_token FROM inventory_reservations ` +
+		`WHERE shop_id = ? AND reservation_id IN (`
+	lockReservationsSuffix    = `) ORDER BY reservation_id FOR UPDATE`
+	selectReservedGroupPrefix = `SELECT reservation_id, inventory_item_id, inventory_group_id, quantity ` +
+		`FROM inventory_reserved_quantities WHERE shop_id = ? AND reservation_id IN (`
+	selectReservedGroupSuffix = ` ORDER BY reservation_id, inventory_item_id, inventory_group_id`
+	deleteReservedGroupPrefix = `DELETE FROM inventory_reserved_quantities WHERE shop_id = ? AND reservation_id IN (`
+	// Every member's own token: CASE reservation_id WHEN ? THEN ? … END.
+	setStateGroupPrefix = `UPDATE inventory_reservations SET state = ?, end_token = CASE reservation_id`
+	setStateGroupWhen   = ` WHEN ? THEN ?`
+	setStateGroupMiddle = ` END WHERE shop_id = ? AND reservation_id IN (`
+	// One update of every ledger row of a claim group.
+	claimLedgersOnHand  = `UPDATE inventory_ledger SET on_hand = on_hand - CASE`
+	claimLedgersWhen    = ` WHEN inventory_item_id = ? AND inventory_group_id = ? THEN ?`
+	claimLedgersClaimed = ` END, claimed = claimed + CASE`
+	claimLedgersWhere   = ` END WHERE shop_id = ? AND (`
+	claimLedgersRow     = `(inventory_item_id = ? AND inventory_group_id = ?)`
+	claimLedgersOr      = ` OR `
+)

@@ -5,8 +5,9 @@
 // One implementation serves two front ends: `holdtime analyze` reads files
 // after the fact, and the collector daemon feeds the same types live.
 //
-//   - ParseTag and AppendTag extract a tag from statement text (conntag's
-//     leading comment, or sqlcommenter's trailing conn_tag='NAME').
+//   - ParseTag and AppendTag extract a tag from statement text: conntag's
+//     comment at the end of the statement, the leading form older conntag
+//     versions wrote, or sqlcommenter's trailing conn_tag='NAME'.
 //   - EventsReader streams ProxySQL's JSON events log
 //     (mysql-eventslog_format=2), plain or gzip, in bounded memory, counting
 //     and skipping malformed lines. A line's times must be between 1970 and

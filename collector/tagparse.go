@@ -30,24 +30,32 @@ func ParseTag(query string) (string, bool) {
 }
 
 // AppendTag appends to dst the tag that query carries and reports whether it
-// carries one. Two forms are recognised, in this order:
+// carries one. Three forms are recognised, in this order:
 //
-//  1. conntag's form: the first /* conn_tag:NAME ... */ among the comments
-//     that lead the statement. Anything after NAME inside the comment (conntag
-//     may add space-separated key:value pairs) is ignored. A NAME followed by a
-//     byte outside the tag grammar is not a tag: guessing a prefix would put
-//     hold time under a tag nobody wrote.
-//  2. sqlcommenter's form: a comment at the very end of the statement holding
+//  1. conntag's leading form (older conntag versions wrote it; hand-tagged
+//     statements still use it): the first /* conn_tag:NAME ... */ among the
+//     comments that lead the statement.
+//  2. conntag's trailing form, what conntag writes now: /* conn_tag:NAME ... */
+//     among the comments that end the statement (before a final ';'). A tag in
+//     front of the statement can defeat ProxySQL's checks of how a statement
+//     begins (SET, user variables, …), one at its end cannot.
+//  3. sqlcommenter's form: a comment at the end of the statement holding
 //     comma-separated key='value' pairs, one of them conn_tag='NAME', with the
 //     value URL-encoded. Decoded bytes outside the grammar become '_', as
 //     conntag's sanitiser would have written them.
+//
+// In conntag's forms anything after NAME inside the comment (conntag may add
+// space-separated key:value pairs) is ignored, and a NAME followed by a byte
+// outside the tag grammar is not a tag: guessing a prefix would put hold time
+// under a tag nobody wrote. A comment in the middle of a statement is never
+// read: it may be part of a literal.
 //
 // It does not allocate when dst has room for MaxTagLen bytes.
 func AppendTag(dst, query []byte) ([]byte, bool) {
 	if out, ok := appendLeadingTag(dst, query); ok {
 		return out, true
 	}
-	return appendCommenterTag(dst, query)
+	return appendTrailingTag(dst, query)
 }
 
 // appendLeadingTag scans the comments that lead query.
@@ -63,37 +71,55 @@ func appendLeadingTag(dst, q []byte) ([]byte, bool) {
 		}
 		body := q[2 : 2+end]
 		q = q[2+end+2:]
-		body = trimLeftSpace(body)
-		if !bytes.HasPrefix(body, []byte(tagKeyLeading)) {
-			continue
+		if out, ok := appendConnTag(dst, body); ok {
+			return out, true
 		}
-		name := body[len(tagKeyLeading):]
-		n := 0
-		for n < len(name) && tagByte(name[n]) {
-			n++
-		}
-		if n == 0 || n < len(name) && !isSpace(name[n]) {
-			// Not conntag's grammar; a later leading comment may still be.
-			continue
-		}
-		return append(dst, name[:min(n, MaxTagLen)]...), true
 	}
 }
 
-// appendCommenterTag looks for conn_tag='...' in a comment that ends query.
-func appendCommenterTag(dst, q []byte) ([]byte, bool) {
+// appendConnTag reads conntag's comment body " conn_tag:NAME k:v ".
+func appendConnTag(dst, body []byte) ([]byte, bool) {
+	body = trimLeftSpace(body)
+	if !bytes.HasPrefix(body, []byte(tagKeyLeading)) {
+		return dst, false
+	}
+	name := body[len(tagKeyLeading):]
+	n := 0
+	for n < len(name) && tagByte(name[n]) {
+		n++
+	}
+	if n == 0 || n < len(name) && !isSpace(name[n]) {
+		return dst, false
+	}
+	return append(dst, name[:min(n, MaxTagLen)]...), true
+}
+
+// appendTrailingTag walks the comments that end q, last first, and reads the
+// first one in conntag's or sqlcommenter's form.
+func appendTrailingTag(dst, q []byte) ([]byte, bool) {
 	q = trimRightSpace(q)
 	if len(q) > 0 && q[len(q)-1] == ';' {
 		q = trimRightSpace(q[:len(q)-1])
 	}
-	if !bytes.HasSuffix(q, []byte("*/")) {
-		return dst, false
+	for bytes.HasSuffix(q, []byte("*/")) {
+		start := bytes.LastIndex(q[:len(q)-2], []byte("/*"))
+		if start < 0 {
+			return dst, false
+		}
+		body := q[start+2 : len(q)-2]
+		if out, ok := appendConnTag(dst, body); ok {
+			return out, true
+		}
+		if out, ok := appendCommenterTag(dst, body); ok {
+			return out, true
+		}
+		q = trimRightSpace(q[:start])
 	}
-	start := bytes.LastIndex(q, []byte("/*"))
-	if start < 0 || start+2 > len(q)-2 {
-		return dst, false
-	}
-	body := q[start+2 : len(q)-2]
+	return dst, false
+}
+
+// appendCommenterTag looks for conn_tag='...' in a comment body.
+func appendCommenterTag(dst, body []byte) ([]byte, bool) {
 	for len(body) > 0 {
 		body = trimLeftSpace(body)
 		if bytes.HasPrefix(body, []byte(tagKeyCommenter)) {

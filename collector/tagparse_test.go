@@ -20,7 +20,23 @@ var tagTests = []struct {
 	{"untagged", "SELECT SLEEP(0.1)", "", false},
 	{"begin", "BEGIN", "", false},
 	{"stripped by client", " SELECT SLEEP(1)", "", false},
-	{"not leading", "SELECT 1 /* conn_tag:late */ FROM t WHERE a=1", "", false},
+	{"in the middle", "SELECT 1 /* conn_tag:late */ FROM t WHERE a=1", "", false},
+	{"trailing", "SET @x = 1 /* conn_tag:checkout_completion */", "checkout_completion", true},
+	{"trailing no spaces", "SELECT 1/*conn_tag:a.b-c:d*/", "a.b-c:d", true},
+	{"trailing before semicolon", "SELECT 1 /* conn_tag:semi */;", "semi", true},
+	{"trailing then semicolon and space", "SELECT 1 /* conn_tag:semi */ ;\n", "semi", true},
+	{"trailing key value pairs", "UPDATE t SET a=1 /* conn_tag:reserve route:api */", "reserve", true},
+	{"trailing after proxysql annotation", "/* hostgroup=2 */ SELECT 1 /* conn_tag:report */", "report", true},
+	{"trailing after newline", "SELECT 1 -- why\n/* conn_tag:after_line_comment */", "after_line_comment", true},
+	{"trailing before another comment", "SELECT 1 /* conn_tag:inner */ /* app note */", "inner", true},
+	{"trailing last wins", "SELECT 1 /* conn_tag:first */ /* conn_tag:last */", "last", true},
+	{"trailing bad name", "SELECT 1 /* conn_tag:a@b */", "", false},
+	{"trailing bad then good", "SELECT 1 /* conn_tag:ok */ /* conn_tag:a/b */", "ok", true},
+	{"trailing unterminated", "SELECT 1 /* conn_tag:x", "", false},
+	{"trailing only end", "SELECT 1 conn_tag:x */", "", false},
+	{"trailing long name cut", "SELECT 1 /* conn_tag:" + strings.Repeat("b", 80) + " */", strings.Repeat("b", 64), true},
+	{"trailing prepared", "SELECT SLEEP(?) AS s FROM inventory WHERE qty >= ? /* conn_tag:admin_report */", "admin_report", true},
+	{"leading wins over trailing", "/* conn_tag:lead */ SELECT 1 /* conn_tag:tail */", "lead", true},
 	{"empty name", "/* conn_tag: */ SELECT 1", "", false},
 	{"bad byte in name", "/* conn_tag:a@b */ SELECT 1", "", false},
 	{"bad name then good", "/* conn_tag:a/b */ /* conn_tag:ok */ SELECT 1", "ok", true},
@@ -55,10 +71,12 @@ func TestParseTag(t *testing.T) {
 func TestAppendTagAllocs(t *testing.T) {
 	q := []byte("/* hostgroup=2 */ /* conn_tag:checkout_completion k:v */ SELECT * FROM t")
 	tail := []byte("SELECT 1 /*action='x',conn_tag='checkout%3Atax'*/")
+	trailing := []byte("/* hostgroup=2 */ SELECT * FROM t /* conn_tag:checkout_completion k:v */;")
 	buf := make([]byte, 0, MaxTagLen)
 	allocs := testing.AllocsPerRun(100, func() {
 		buf, _ = AppendTag(buf[:0], q)
 		buf, _ = AppendTag(buf[:0], tail)
+		buf, _ = AppendTag(buf[:0], trailing)
 	})
 	if allocs != 0 {
 		t.Errorf("AppendTag allocates %v times per call; want 0", allocs)
@@ -82,11 +100,20 @@ func FuzzParseTag(f *testing.F) {
 				t.Fatalf("ParseTag(%q) = %q: byte %q outside the tag grammar", query, tag, tag[i])
 			}
 		}
-		// A tag written in conntag's form in front of any statement is found.
+		// A tag written in conntag's leading form in front of any statement
+		// is found; so is one in the trailing form after a statement that
+		// ends outside a comment (conntag starts a new line after a line
+		// comment, and never tags a statement that ends inside one).
 		if ok {
 			again, ok2 := ParseTag("/* conn_tag:" + tag + " */ " + query)
 			if !ok2 || again != tag {
 				t.Fatalf("re-tagging %q with %q gave %q, %v", query, tag, again, ok2)
+			}
+			if _, lead := appendLeadingTag(nil, []byte(query)); !lead {
+				again, ok2 = ParseTag(query + "\n/* conn_tag:" + tag + " */")
+				if !ok2 || again != tag {
+					t.Fatalf("tagging %q at its end with %q gave %q, %v", query, tag, again, ok2)
+				}
 			}
 		}
 	})

@@ -48,8 +48,10 @@
 // on the same item/group share one branch, because SKIP LOCKED does not skip
 // the rows the transaction itself has locked), one deletes them, two write
 // the hold, then Commit. A short fetch does not mean sold out: the engine
-// refills the pool inline under the ledger row lock (single flight:
-// concurrent reserves queue on that lock and find the pool full), and only
+// refills the pool inline under the ledger row lock (single flight: the
+// engine's concurrent reserves of the item wait in memory for that one
+// refill's result, not on the lock, and other engines queue on the lock and
+// find the pool full), and only
 // the ledger (on_hand - held) can return ErrInsufficientStock. A line whose
 // first location group runs out continues in the next.
 //

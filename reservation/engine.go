@@ -41,6 +41,14 @@ type Engine struct {
 	// them at once instead of at the next tick or on a buyer's short read.
 	wake chan ItemKey
 
+	// flights are the refills in flight, one per item/group at most
+	// (refill.go).
+	flightMu sync.Mutex
+	flights  map[ItemKey]*refillFlight
+	// flightRun and flightWait are called, when set (tests), when a refill
+	// starts and when a caller waits for one.
+	flightRun, flightWait func(ItemKey)
+
 	// unsettled are the effects on the counters of calls that returned an
 	// *OutcomeUnknownError, by the token their lost COMMIT wrote: a later
 	// call that finds the token (the caller's retry) applies them, once.
@@ -101,7 +109,7 @@ func New(db *sql.DB, cfg Config) (*Engine, error) {
 		return nil, err
 	}
 	e := &Engine{db: db, cfg: cfg, now: time.Now, hot: make(map[ItemKey]*hotItem), wake: make(chan ItemKey, 64),
-		unsettled: make(map[uint64]func())}
+		unsettled: make(map[uint64]func()), flights: make(map[ItemKey]*refillFlight)}
 	if e.metrics, err = newMetrics(cfg.MeterProvider, cfg.Strategy, e.poolDepth); err != nil {
 		return nil, err
 	}

@@ -203,3 +203,49 @@ func TestGroupLostReply(t *testing.T) {
 		}
 	}
 }
+
+// TestRefillSingleFlight: while a refill of an item runs, the engine's
+// other refills of it wait for a result in memory, and all those that
+// asked after it started share the next one: 1 + 1 refill transactions
+// for many callers, not one each queued on the ledger row lock.
+func TestRefillSingleFlight(t *testing.T) {
+	e, _ := setup(t, Config{PoolSize: 50})
+	key := ItemKey{1, 9, 1}
+	receive(t, e, key, 1000)
+	const callers = 12
+	waiting := make(chan struct{}, callers)
+	var runs atomic.Int64
+	first := make(chan struct{}) // closed when the first refill is in flight
+	e.flightWait = func(ItemKey) { waiting <- struct{}{} }
+	e.flightRun = func(ItemKey) {
+		if runs.Add(1) == 1 { // the first refill runs once every other caller waits for it
+			close(first)
+			for range callers - 1 {
+				<-waiting
+			}
+		}
+	}
+	var wg sync.WaitGroup
+	var added atomic.Int64
+	for i := range callers {
+		wg.Go(func() {
+			if i > 0 {
+				<-first
+			}
+			st, n, err := e.refill(t.Context(), key, 1)
+			if err != nil || !st.found || st.pooled != 50 {
+				t.Errorf("refill: %+v, %v; want the pool full (50)", st, err)
+			}
+			if i == 0 {
+				added.Store(n)
+			}
+		})
+	}
+	wg.Wait()
+	if n := runs.Load(); n != 2 {
+		t.Errorf("%d refill transactions for %d concurrent callers, want 2 (the one in flight, then one shared)", n, callers)
+	}
+	if added.Load() != 50 || e.Stats().RefilledUnits != 50 {
+		t.Errorf("the first refill added %d, Stats().RefilledUnits %d: want 50, 50", added.Load(), e.Stats().RefilledUnits)
+	}
+}

@@ -76,15 +76,72 @@ func (e *Engine) lockPool(ctx context.Context, tx *sql.Tx, key ItemKey, q string
 
 // refill tops up the pool of key to Config.PoolSize from ledger-only units
 // when it holds fewer than need units or is below half full. It is single
-// flight per item/group: concurrent callers queue on the ledger row lock and
-// find the pool already refilled. It returns the state after the refill and
+// flight per item/group: concurrent refills of other engines queue on the
+// ledger row lock and find the pool already refilled. It returns the state after the refill and
 // the units it added.
 //
 // A refill whose COMMIT reply is lost retries here, at once: the retry's
 // ledger lock waits for the lost transaction to end on the server, and its
 // receipt says whether it committed, so that its units are counted once.
 // Other errors are returned for the caller to retry.
+//
+// Single flight is kept in the engine first: while one refill of key runs,
+// the engine's other callers wait for its result in memory, not for the
+// ledger row lock on a connection of their own. Without it every short
+// reserve of a hot item opened a transaction that queued on the ledger
+// row, holding a pooled connection and a server thread for the wait, and
+// then ran a refill that found the pool full (a convoy). A caller takes
+// the result of a refill that started after it asked, so what the caller
+// learns of the ledger (sold out or not) was read during its own call; a
+// refill that started earlier, or failed, it waits out and then runs or
+// joins the next one.
 func (e *Engine) refill(ctx context.Context, key ItemKey, need int64) (poolState, int64, error) {
+	asked := time.Now()
+	for {
+		e.flightMu.Lock()
+		f := e.flights[key]
+		if f == nil {
+			f = &refillFlight{done: make(chan struct{}), start: time.Now(), need: need}
+			e.flights[key] = f
+			e.flightMu.Unlock()
+			if e.flightRun != nil {
+				e.flightRun(key)
+			}
+			f.st, f.added, f.err = e.refillTx(ctx, key, need)
+			e.flightMu.Lock()
+			delete(e.flights, key)
+			e.flightMu.Unlock()
+			close(f.done)
+			return f.st, f.added, f.err
+		}
+		e.flightMu.Unlock()
+		if e.flightWait != nil {
+			e.flightWait(key)
+		}
+		select {
+		case <-f.done:
+		case <-ctx.Done():
+			return poolState{}, 0, context.Cause(ctx)
+		}
+		if f.err == nil && f.need >= need && !f.start.Before(asked) {
+			return f.st, f.added, nil
+		}
+	}
+}
+
+// refillFlight is a refill in flight, and then its result.
+type refillFlight struct {
+	done  chan struct{} // closed when the result is set
+	start time.Time
+	need  int64
+	st    poolState
+	added int64
+	err   error
+}
+
+// refillTx is one refill: its transaction, retried at once while a lost
+// COMMIT reply is unresolved.
+func (e *Engine) refillTx(ctx context.Context, key ItemKey, need int64) (poolState, int64, error) {
 	ctx = conntag.WithTag(ctx, e.cfg.Tags.Refill)
 	r := e.newRetrier(opRefill, true)
 	token := newToken()

@@ -113,6 +113,7 @@ func BenchmarkHotItem(b *testing.B) {
 					st := e.Stats()
 					b.ReportMetric(float64(st.Retries)/float64(b.N), "retries/op")
 					b.ReportMetric(float64(st.ShortReads)/float64(b.N), "short_reads/op")
+					b.ReportMetric(float64(st.InlineRefills)/float64(b.N), "inline_refills/op")
 				}
 			})
 		}
@@ -135,7 +136,9 @@ func minimalReserve(ctx context.Context, db *sql.DB, key ItemKey, id string, wor
 			continue
 		}
 		if err == nil {
-			_, err = tx.ExecContext(ctx, `DELETE FROM inventory_reservation_units WHERE id = ?`, unit)
+			_, err = tx.ExecContext(ctx, `DELETE u FROM inventory_reservation_units u FORCE INDEX (PRIMARY)
+				WHERE u.shop_id = ? AND u.inventory_item_id = ? AND u.inventory_group_id = ? AND u.id = ?`,
+				key.ShopID, key.ItemID, key.GroupID, unit)
 		}
 		if err == nil {
 			_, err = tx.ExecContext(ctx, insertReservation, key.ShopID, id, int64(time.Minute/time.Microsecond), newToken())

@@ -8,8 +8,10 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/go-sql-driver/mysql"
+	"github.com/holdtime/holdtime/locks"
 	"github.com/holdtime/holdtime/testenv"
 )
 
@@ -158,6 +160,116 @@ func TestOneRoundTripPerFetch(t *testing.T) {
 		}
 		if got := counter.unitFetches.Load() - before; got != 1 {
 			t.Errorf("cart of %d lines: %d unit fetch statements, want 1", lines, got)
+		}
+	}
+}
+
+// TestReserveLocksOneRecordPerUnit reads the reserve's own locks from the
+// server (InnoDB's lock output through package locks, while the reserve's
+// transaction is open, from its InTx): a cart of N units, on one item or
+// several, holds exactly N record locks on the unit pool, all on its
+// primary key, and no other lock on that table but the table's intention
+// lock. The delete of the units, by full primary key through the primary
+// key, adds none (by id it locked each unit's record in the id index too).
+func TestReserveLocksOneRecordPerUnit(t *testing.T) {
+	d := testenv.NewDatabase(t)
+	ctx := t.Context()
+	reader, err := locks.New(d.Target.Admin(), locks.Config{ParseTag: func(q string) (string, bool) {
+		_, rest, ok := strings.Cut(q, "/* conn_tag:")
+		tag, _, _ := strings.Cut(rest, " */")
+		return tag, ok
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Target.Flavor == testenv.MariaDB {
+		was, err := reader.LockOutputEnabled(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := reader.SetLockOutput(ctx, true); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = reader.SetLockOutput(context.Background(), was) })
+	}
+	cfg := d.Config()
+	cfg.InterpolateParams = true
+	db := openConfig(t, cfg.FormatDSN())
+	e, err := New(db, Config{PoolSize: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	a, b := ItemKey{1, 1, 1}, ItemKey{1, 2, 1}
+	for _, k := range []ItemKey{a, b} {
+		receive(t, e, k, 100)
+		if _, err := e.Refill(ctx, k); err != nil {
+			t.Fatal(err)
+		}
+	}
+	units := d.Name + ".inventory_reservation_units"
+	for i, lines := range [][]Line{
+		{{ItemID: a.ItemID, Quantity: 1, GroupIDs: []uint64{1}}},
+		{{ItemID: a.ItemID, Quantity: 7, GroupIDs: []uint64{1}}},
+		{{ItemID: a.ItemID, Quantity: 3, GroupIDs: []uint64{1}}, {ItemID: b.ItemID, Quantity: 4, GroupIDs: []uint64{1}}},
+	} {
+		var want int
+		for _, l := range lines {
+			want += int(l.Quantity)
+		}
+		inspected := false
+		p := ReserveParams{ShopID: 1, ReservationID: fmt.Sprint("c", i), Lines: lines}
+		p.InTx = func(ctx context.Context, tx *sql.Tx) error {
+			var id int64
+			if err := tx.QueryRowContext(ctx, "SELECT CONNECTION_ID()").Scan(&id); err != nil {
+				return err
+			}
+			// INNODB_TRX is a cache the server refreshes only after 100 ms
+			// without a read: poll it until the transaction shows.
+			var tr *locks.Transaction
+			for deadline := time.Now().Add(20 * time.Second); tr == nil; {
+				s, err := reader.Read(ctx)
+				if err != nil {
+					return err
+				}
+				for j := range s.Transactions {
+					if s.Transactions[j].ThreadID == id {
+						tr = &s.Transactions[j]
+					}
+				}
+				if tr == nil {
+					if time.Now().After(deadline) {
+						return fmt.Errorf("transaction of connection %d never showed in INNODB_TRX", id)
+					}
+					time.Sleep(150 * time.Millisecond)
+				}
+			}
+			if !tr.LocksKnown || tr.LocksPartial {
+				return fmt.Errorf("locks of the reserve not readable: known %v, partial %v", tr.LocksKnown, tr.LocksPartial)
+			}
+			primary := 0
+			for _, l := range tr.Locks {
+				switch {
+				case l.Table != units || l.Kind == locks.KindTableIntention:
+				case l.Index == "PRIMARY" && l.Kind == locks.KindRecord && !l.Waiting:
+					primary += l.Rows
+				default:
+					t.Errorf("cart %d: a lock on the unit pool other than a unit's record: %v", i, l)
+				}
+			}
+			if primary != want {
+				t.Errorf("cart %d of %d units: %d record locks on the pool's primary key, want %d; locks %v", i, want, primary, want, tr.Locks)
+			}
+			inspected = true
+			return nil
+		}
+		if _, err := e.Reserve(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		if !inspected {
+			t.Fatalf("cart %d: its transaction was not inspected", i)
 		}
 	}
 }

@@ -14,7 +14,11 @@ const (
 		`ORDER BY id LIMIT ? FOR UPDATE)`
 	fetchUnitsJoin = ` UNION ALL `
 
-	deleteUnitsPrefix = `DELETE FROM inventory_reservation_units WHERE id IN (`
+	// Units are deleted by their full primary key, through it (see
+	// deleteUnits): (key AND id IN (…)) OR … per item/group.
+	deleteUnitsPrefix = `DELETE u FROM inventory_reservation_units u FORCE INDEX (PRIMARY) WHERE `
+	deleteUnitsKey    = `(u.shop_id = ? AND u.inventory_item_id = ? AND u.inventory_group_id = ? AND u.id IN (`
+	deleteUnitsOr     = ` OR `
 
 	// Inserts units for one item/group, one row of VALUES per unit, up to
 	// insertUnitsMax rows (3,000 parameters) per statement.

@@ -363,32 +363,58 @@ func (e *Engine) backgroundRefill(ctx context.Context, key ItemKey) {
 	e.metrics.backgroundRefill(ctx)
 }
 
+// keyUnits are unit ids of one item/group.
+type keyUnits struct {
+	key ItemKey
+	ids []uint64
+}
+
 // deleteUnits deletes units the transaction has locked. Every one of them
 // must go: a unit deleted fewer times than listed is a unit held twice, so a
 // count that does not match fails the transaction instead of committing a
 // hold on units nobody took.
-func deleteUnits(ctx context.Context, tx *sql.Tx, ids []uint64) error {
+//
+// It deletes by the full primary key, through the primary key (FORCE
+// INDEX: by id alone, or even with the whole key, the optimizer reads the
+// id index), so it locks the unit records the locking read already holds
+// and nothing else: one record lock per unit.
+func deleteUnits(ctx context.Context, tx *sql.Tx, units []keyUnits) error {
 	var b strings.Builder
 	b.WriteString(deleteUnitsPrefix)
-	args := make([]any, len(ids))
-	for i, id := range ids {
-		if i > 0 {
-			b.WriteString(", ")
+	args := make([]any, 0, 8)
+	n := 0
+	for i, u := range units {
+		if len(u.ids) == 0 {
+			continue
 		}
-		b.WriteByte('?')
-		args[i] = id
+		if n > 0 {
+			b.WriteString(deleteUnitsOr)
+		}
+		b.WriteString(deleteUnitsKey)
+		args = append(args, u.key.ShopID, u.key.ItemID, u.key.GroupID)
+		for j, id := range u.ids {
+			if j > 0 {
+				b.WriteString(", ")
+			}
+			b.WriteByte('?')
+			args = append(args, id)
+		}
+		b.WriteString("))")
+		n += len(units[i].ids)
 	}
-	b.WriteByte(')')
+	if n == 0 {
+		return nil
+	}
 	res, err := tx.ExecContext(ctx, b.String(), args...)
 	if err != nil {
 		return classify(err)
 	}
-	n, err := res.RowsAffected()
+	got, err := res.RowsAffected()
 	if err != nil {
 		return classify(err)
 	}
-	if n != int64(len(ids)) {
-		return fmt.Errorf("%w: deleted %d of the %d units it locked", errUnitsMismatch, n, len(ids))
+	if got != int64(n) {
+		return fmt.Errorf("%w: deleted %d of the %d units it locked", errUnitsMismatch, got, n)
 	}
 	return nil
 }

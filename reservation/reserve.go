@@ -290,7 +290,10 @@ func (e *Engine) takeUnits(ctx context.Context, tx *sql.Tx, parts []part) ([]int
 		return nil, classify(err)
 	}
 	fetched := make([]int64, len(keys))
-	var ids []uint64
+	units := make([]keyUnits, len(keys))
+	for i, k := range keys {
+		units[i].key = k
+	}
 	for rows.Next() {
 		var i int
 		var id uint64
@@ -298,8 +301,12 @@ func (e *Engine) takeUnits(ctx context.Context, tx *sql.Tx, parts []part) ([]int
 			rows.Close()
 			return nil, classify(err)
 		}
+		if i < 0 || i >= len(keys) {
+			rows.Close()
+			return nil, fmt.Errorf("reservation: internal error: unit fetch returned branch %d of %d", i, len(keys))
+		}
 		fetched[i]++
-		ids = append(ids, id)
+		units[i].ids = append(units[i].ids, id)
 	}
 	if err := rows.Close(); err != nil {
 		return nil, classify(err)
@@ -316,7 +323,7 @@ func (e *Engine) takeUnits(ctx context.Context, tx *sql.Tx, parts []part) ([]int
 	if short := e.shortfall(ctx, parts, got); short != nil {
 		return short, nil
 	}
-	return nil, deleteUnits(ctx, tx, ids)
+	return nil, deleteUnits(ctx, tx, units)
 }
 
 // mergeParts returns the distinct keys of parts in order of appearance, the

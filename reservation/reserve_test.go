@@ -267,7 +267,7 @@ func TestDeleteUnitsCountsRows(t *testing.T) {
 	if err != nil || len(ids) != 3 {
 		t.Fatalf("ids %v, %v", ids, err)
 	}
-	if err := deleteUnits(ctx, tx, append(ids, ids[0])); err == nil {
+	if err := deleteUnits(ctx, tx, []keyUnits{{key, append(ids, ids[0])}}); err == nil {
 		t.Fatal("deleting 3 units listed 4 times succeeded")
 	}
 }

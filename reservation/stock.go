@@ -202,7 +202,7 @@ func (e *Engine) removePooled(ctx context.Context, tx *sql.Tx, key ItemKey, n in
 	if int64(len(ids)) < n {
 		return errContention
 	}
-	return deleteUnits(ctx, tx, ids)
+	return deleteUnits(ctx, tx, []keyUnits{{key, ids}})
 }
 
 // Available returns the sellable units of an item/location group per the

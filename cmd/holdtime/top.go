@@ -1,17 +1,23 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/url"
+	"os"
+	"os/signal"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
-	"text/tabwriter"
+	"sync"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -21,7 +27,9 @@ import (
 
 // topCmd shows the tags that keep connections busy, refreshed like top.
 type topCmd struct {
-	out io.Writer
+	out   io.Writer
+	in    io.Reader  // keys (q quits) when it is a terminal
+	width func() int // the width lines are cut at; nil: the terminal's
 
 	collectorURL string
 	proxysqlDSNs []string
@@ -30,6 +38,7 @@ type topCmd struct {
 	timeout      time.Duration
 	window       string
 	sortKey      string
+	layer        string
 	filter       string
 	limit        int
 	once         bool
@@ -45,10 +54,36 @@ func newTopCmd() *cobra.Command {
 		Use:   "top",
 		Short: "Live view of the tags that keep database connections busy",
 		Long: `top ranks tags by occupancy: hold-seconds per second, the number of connections a
-tag keeps busy on average over the window. Next to it: the share of that hold spent
-idle (a borrowed connection doing nothing), active seconds, statements per second,
-sessions holding a connection now, ProxySQL multiplexing pins, and the source of the
-figures (proxysql_events, proxysql_processlist, mysql, otlp).
+tag keeps busy on average over the span covered. A connection is held at three
+layers, each a different scarce resource, and top shows each layer's occupancy and
+the idle share of that hold side by side (a layer no source watches has no column):
+
+  APP     a connection borrowed from the app's pool (conntag's spans, source otlp)
+  PROXY   a ProxySQL backend bound to a client session (proxysql_events, else
+          proxysql_processlist)
+  SERVER  a MySQL server connection busy in a statement or an open transaction (mysql)
+
+Within a layer one source is the headline and sources are never added up. --layer
+chooses the layer that ranks the tags; by default (max) each tag is ranked by the
+layer where it holds most, so a hog comes first wherever it holds. LAYER names the
+layer that ranked the row; STMT/s, SESSIONS and PINS are that layer's. An idle share
+is red where it is waste: mostly idle at that layer, and mostly idle in the app too
+when the app reports any tag (the server counts the round trips between a
+transaction's statements as idle; only the app knows if it was busy then).
+
+How to read a divergence: APP much larger than SERVER is a connection held idle in
+the app outside a transaction (a slow call made while holding it); it costs app pool
+slots. SERVER with no APP figure is another client, or an app without conntag.
+
+Two rows are not tags: "unknown" is hold whose owner cannot be known (a transaction
+whose statements no source saw), "untagged" is hold of statements seen without a
+conn_tag comment. Neither is dropped. Holdtime's own polling is never counted.
+
+The header says the span the figures cover (the window once the sources have run
+that long) and each source's state: up, degraded (with the reason), DOWN, or
+waiting (the OTLP receiver before the app's first span, a poll before its first
+answer). Until a layer covers 2s its occupancy shows "warming". If the collector
+cannot be reached, top says DOWN and retries every interval. q quits (also Ctrl-C).
 
 It reads a running collector (--collector http://127.0.0.1:9479), or polls ProxySQL's
 admin interface and/or MySQL directly with no daemon (--proxysql, --mysql).
@@ -65,10 +100,11 @@ HOLDTIME_MYSQL, HOLDTIME_PROXYSQL, ...), so DSNs need not appear in the process 
 a ';' goes on the command line instead.`,
 		Example: `  holdtime top --collector http://127.0.0.1:9479
   holdtime top --mysql 'monitor:secret@tcp(db:3306)/' --window 10s
+  holdtime top --collector http://127.0.0.1:9479 --layer server
   holdtime top --proxysql 'admin:admin@tcp(127.0.0.1:6032)/' --once --json`,
 		Args: noArgs("give a running collector with --collector URL, or DSNs to poll with --mysql or --proxysql (quote a DSN: its parentheses are special to the shell)"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			t.out = cmd.OutOrStdout()
+			t.out, t.in = cmd.OutOrStdout(), cmd.InOrStdin()
 			if err := flagsFromEnv(cmd); err != nil {
 				return err
 			}
@@ -86,6 +122,7 @@ a ';' goes on the command line instead.`,
 	f.DurationVar(&t.timeout, "timeout", 10*time.Second, "how long to wait for the first answer of each source polled directly")
 	f.StringVar(&t.window, "window", "1m", "window of the figures: 10s, 1m or 5m")
 	f.StringVar(&t.sortKey, "sort", "occupancy", "sort key: "+strings.Join(collector.TopSortKeys, ", "))
+	f.StringVar(&t.layer, "layer", collector.LayerMax, "the layer whose figures rank the tags: app, proxy, server, or max (each tag by the layer where it holds most)")
 	f.StringVar(&t.filter, "filter", "", "show only tags matching this regular expression")
 	f.IntVar(&t.limit, "limit", 0, "show at most this many tags (0: all)")
 	f.BoolVar(&t.once, "once", false, "print one table and exit")
@@ -121,6 +158,9 @@ func (t *topCmd) validate() error {
 	if _, ok := map[string]bool{"10s": true, "1m": true, "5m": true}[t.window]; !ok {
 		return fmt.Errorf("--window %q: use 10s, 1m or 5m", t.window)
 	}
+	if !slices.Contains(collector.TopLayers, t.layer) {
+		return fmt.Errorf("--layer %q: use one of %s", t.layer, strings.Join(collector.TopLayers, ", "))
+	}
 	if !slices.Contains(collector.TopSortKeys, t.sortKey) {
 		return fmt.Errorf("--sort %q: use one of %s", t.sortKey, strings.Join(collector.TopSortKeys, ", "))
 	}
@@ -147,16 +187,36 @@ func (t *topCmd) validate() error {
 	return nil
 }
 
-// topSource yields the current ranking and the state of its sources.
+// topSource yields the ranking q asks for and the state of its sources.
 type topSource interface {
-	top(ctx context.Context, window string) (collector.TopResponse, error)
+	top(ctx context.Context, q collector.TopQuery) (collector.TopResponse, error)
+}
+
+// minCovered is the span a layer's figures must cover before top shows its
+// occupancy and rate: a source credits holds that began before it started
+// (a span ends, a running transaction is found), and divided by the first
+// milliseconds they read as hundreds of connections.
+const minCovered = 2 * time.Second
+
+// Waste, as top and the demo paint it: at least this idle share of a hold
+// of at least this occupancy.
+const (
+	wasteIdleShare = 0.5
+	wasteOccupancy = 0.1
+)
+
+func (t *topCmd) query() collector.TopQuery {
+	w, _ := time.ParseDuration(t.window) // validated
+	return collector.TopQuery{Window: w, Layer: t.layer, Sort: t.sortKey}
 }
 
 func (t *topCmd) run(ctx context.Context) error {
 	var src topSource
+	var down string // what a failed answer is, in the header
 	if t.collectorURL != "" {
 		u, _ := url.Parse(strings.TrimRight(t.collectorURL, "/")) // validated
 		src = &httpTop{base: u.String(), shown: u.Redacted(), client: &http.Client{Timeout: 5 * time.Second}}
+		down = "collector " + u.Redacted()
 	} else {
 		local, err := startLocalTop(ctx, t.proxysqlDSNs, t.mysqlDSNs, t.timeout)
 		if err != nil {
@@ -165,45 +225,84 @@ func (t *topCmd) run(ctx context.Context) error {
 		defer local.stop()
 		src = local
 		// A direct poll has nothing to show until its first samples; a
-		// single table gathers for one interval first.
+		// single table gathers for one interval first, and until every
+		// layer covers minCovered.
 		if err := local.waitFirstPoll(ctx, t.timeout); err != nil {
 			return err
 		}
 		if t.once {
-			select {
-			case <-time.After(t.interval):
-			case <-ctx.Done():
-				return nil
+			if err := local.waitCovered(ctx, t.query(), t.interval, max(minCovered, t.interval)+t.timeout); err != nil {
+				return err
 			}
 		}
 	}
 	term := isTerminal(t.out)
 	color := t.color == "always" || t.color == "auto" && term
 	live := term && !t.once && !t.jsonOut
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	keys := false
 	if live {
+		// Whatever ends top, the terminal is left as it was found: signals
+		// end it through ctx, and the deferred calls below restore it.
+		var stopSignals context.CancelFunc
+		ctx, stopSignals = signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
+		defer stopSignals()
+		if f, ok := t.in.(*os.File); ok && isTerminal(f) {
+			if restore, err := rawMode(f); err == nil {
+				defer restore()
+				stop := make(chan struct{})
+				var wg sync.WaitGroup
+				wg.Go(func() { readQuitKey(f, stop, cancel) })
+				defer wg.Wait()
+				defer close(stop)
+				keys = true
+			}
+		}
 		fmt.Fprint(t.out, "\x1b[?1049h\x1b[?25l") // alternate screen, hide cursor
 		defer fmt.Fprint(t.out, "\x1b[?25h\x1b[?1049l")
 	}
 	tick := time.NewTicker(t.interval)
 	defer tick.Stop()
+	var lastAnswer time.Time
 	for {
-		resp, err := src.top(ctx, t.window)
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
+		resp, err := src.top(ctx, t.query())
+		if ctx.Err() != nil {
+			return nil // q, Ctrl-C or a signal: how top ends
+		}
+		if err != nil && t.once {
 			return err
 		}
-		resp.Rows = t.arrange(resp.Rows)
-		resp.Window, resp.Sort = t.window, t.sortKey
+		var b strings.Builder
 		if live {
-			fmt.Fprint(t.out, "\x1b[H\x1b[2J")
+			b.WriteString("\x1b[H\x1b[2J")
 		}
-		if t.jsonOut {
-			if err := json.NewEncoder(t.out).Encode(resp); err != nil {
+		width := 0
+		if live {
+			width = t.termWidth()
+		}
+		switch {
+		case err != nil && t.jsonOut:
+			doc, _ := json.Marshal(map[string]any{"at": time.Now().UTC(), "error": err.Error()})
+			b.Write(append(doc, '\n'))
+		case err != nil:
+			// Losing the collector is not the end of top: it says so, and
+			// asks again at the next tick.
+			t.renderDown(&b, down, err, lastAnswer, width, color, keys)
+		case t.jsonOut:
+			lastAnswer = time.Now()
+			resp.Rows = t.arrange(resp.Rows)
+			resp.Window, resp.Sort = t.window, t.sortKey
+			doc, err := json.Marshal(resp)
+			if err != nil {
 				return err
 			}
-		} else if err := t.render(resp, color); err != nil {
+			b.Write(append(doc, '\n'))
+		default:
+			lastAnswer = time.Now()
+			t.render(&b, resp, width, color, keys)
+		}
+		if _, err := io.WriteString(t.out, b.String()); err != nil {
 			return err
 		}
 		if t.once {
@@ -211,10 +310,17 @@ func (t *topCmd) run(ctx context.Context) error {
 		}
 		select {
 		case <-ctx.Done():
-			return nil // Ctrl-C is how top ends
+			return nil
 		case <-tick.C:
 		}
 	}
+}
+
+func (t *topCmd) termWidth() int {
+	if t.width != nil {
+		return t.width()
+	}
+	return termWidth(t.out)
 }
 
 // arrange filters, sorts and cuts the rows.
@@ -229,44 +335,209 @@ func (t *topCmd) arrange(rows []collector.TopRow) []collector.TopRow {
 	return rows
 }
 
-func (t *topCmd) render(resp collector.TopResponse, color bool) error {
-	rows := resp.Rows
-	secs := map[string]float64{"10s": 10, "1m": 60, "5m": 300}[t.window]
-	var sources []string
-	for _, s := range resp.Sources {
-		state := "up"
-		if !s.Up {
-			state = "DOWN"
-			if color {
-				state = "\x1b[31mDOWN\x1b[0m"
+// render draws one refresh: what the figures cover and where they come
+// from, then the table.
+func (t *topCmd) render(b *strings.Builder, resp collector.TopResponse, width int, color, keys bool) {
+	view := newTopView(resp)
+	rows := t.arrange(resp.Rows)
+	title := fmt.Sprintf("holdtime top  window %s, covered %s  ranked by %s layer, %s  %d tags  %s", t.window,
+		view.covered(), cmp.Or(resp.Layer, t.layer), t.sortKey, len(rows), time.Now().Format("15:04:05"))
+	if keys {
+		title += "  (q quits)"
+	}
+	printLine(b, width, color, plain(title))
+	printLine(b, width, color, sourcesLine(resp.Sources)...)
+	view.table(rows).write(b, width, color)
+	if len(rows) == 0 {
+		printLine(b, width, color, plain("(no tag has held a connection in the window)"))
+	}
+	if view.stale {
+		printLine(b, width, color, plain("~ stale: a source of that layer is down; its figures are as last reported"))
+	}
+}
+
+// renderDown draws a refresh whose answer failed.
+func (t *topCmd) renderDown(b *strings.Builder, what string, err error, last time.Time, width int, color, keys bool) {
+	title := fmt.Sprintf("holdtime top  window %s  %s", t.window, time.Now().Format("15:04:05"))
+	if keys {
+		title += "  (q quits)"
+	}
+	printLine(b, width, color, plain(title))
+	since := "no answer yet"
+	if !last.IsZero() {
+		since = "last answer at " + last.Format("15:04:05")
+	}
+	printLine(b, width, color, plain(what+" "), cell{"DOWN", "31"},
+		plain(fmt.Sprintf(": %v; retrying every %v (%s)", err, t.interval, since)))
+}
+
+// sourcesLine lists every source with its state: up, degraded (why),
+// DOWN (why), waiting (an OTLP receiver before the app's first span, a
+// poll before its first answer).
+func sourcesLine(sources []collector.SourceStatus) []cell {
+	cells := []cell{plain("sources:")}
+	if len(sources) == 0 {
+		cells = append(cells, plain(" none"))
+	}
+	for i, s := range sources {
+		if i > 0 {
+			cells = append(cells, plain(","))
+		}
+		cells = append(cells, plain(" "+s.Target+"/"+string(s.Source)+" "))
+		state := cmp.Or(s.State, map[bool]string{true: collector.StateUp, false: collector.StateDown}[s.Up])
+		switch state {
+		case collector.StateDown:
+			cells = append(cells, cell{"DOWN", "31"})
+		case collector.StateDegraded:
+			cells = append(cells, cell{"degraded", "33"})
+		default:
+			cells = append(cells, plain(state))
+		}
+		if state != collector.StateUp && s.Reason != "" {
+			cells = append(cells, plain(" ("+s.Reason+")"))
+		}
+		if s.Layer != "" && !s.Headline {
+			cells = append(cells, plain(" (cross-check)"))
+		}
+	}
+	return cells
+}
+
+// topView draws rows of one TopResponse, as top and the demo show them.
+type topView struct {
+	resp   collector.TopResponse
+	layers []collector.Layer // the layers the answer has, in display order
+	appSaw bool              // the app layer has figures for some tag
+	stale  bool              // a drawn figure is stale
+}
+
+func newTopView(resp collector.TopResponse) *topView {
+	v := &topView{resp: resp}
+	for _, l := range collector.Layers {
+		if resp.Layers[l] != nil {
+			v.layers = append(v.layers, l)
+		}
+	}
+	if len(v.layers) == 0 {
+		v.layers = collector.Layers
+	}
+	for _, r := range resp.Rows {
+		if r.Layers[collector.LayerApp] != nil {
+			v.appSaw = true
+		}
+	}
+	return v
+}
+
+// covered says the span the figures actually cover: one figure when every
+// layer covers the same, else each layer's.
+func (v *topView) covered() string {
+	var parts []string
+	same := true
+	var first float64 = -1
+	for _, l := range v.layers {
+		ls := v.resp.Layers[l]
+		if ls == nil {
+			continue
+		}
+		if first < 0 {
+			first = ls.CoveredSeconds
+		} else if math.Abs(ls.CoveredSeconds-first) >= 0.5 {
+			same = false
+		}
+		parts = append(parts, string(l)+" "+seconds(ls.CoveredSeconds))
+	}
+	if same || len(parts) == 0 {
+		return seconds(v.resp.CoveredSeconds)
+	}
+	return strings.Join(parts, ", ")
+}
+
+func seconds(s float64) string {
+	if s < 10 {
+		return fmt.Sprintf("%.1fs", s)
+	}
+	return fmt.Sprintf("%.0fs", s)
+}
+
+// warming reports whether layer l covers too short a span for rates.
+func (v *topView) warming(l collector.Layer) bool {
+	ls := v.resp.Layers[l]
+	return ls != nil && ls.CoveredSeconds < minCovered.Seconds()
+}
+
+// wasteAt reports whether r is painted as waste at layer l: that layer's
+// figures are mostly idle, and the app, when it sees any tag, confirms it
+// (its own figures for r are mostly idle too). The server and the proxy
+// count the time between a transaction's statements as idle, round trips
+// included; only the app knows whether it was busy then. With no app
+// figures at all (no conntag app sends spans), a layer's own figures are
+// all there is.
+func (v *topView) wasteAt(r collector.TopRow, l collector.Layer) bool {
+	idleWaste := func(l collector.Layer) bool {
+		lf := r.Layers[l]
+		return lf != nil && !v.warming(l) && lf.IdleShare >= wasteIdleShare && lf.Occupancy >= wasteOccupancy
+	}
+	if !idleWaste(l) {
+		return false
+	}
+	return l == collector.LayerApp || !v.appSaw || idleWaste(collector.LayerApp)
+}
+
+// table lays out rows: per layer its occupancy and idle share, then the
+// ranked layer's name, statements per second, sessions and pins. The first
+// tag, the top holder, is bold.
+func (v *topView) table(rows []collector.TopRow) *table {
+	tb := &table{left: map[int]bool{0: true}}
+	head := []cell{plain("TAG")}
+	for _, l := range v.layers {
+		head = append(head, plain(strings.ToUpper(string(l))), plain("IDLE"))
+	}
+	head = append(head, plain("LAYER"), plain("STMT/s"), plain("SESSIONS"), plain("PINS"))
+	tb.left[len(head)-4] = true
+	tb.add(head...)
+	for i, r := range rows {
+		tag := plain(r.Tag)
+		if i == 0 {
+			tag.style = "1"
+		}
+		cells := []cell{tag}
+		for _, l := range v.layers {
+			lf := r.Layers[l]
+			switch {
+			case lf == nil:
+				cells = append(cells, plain("-"), plain("-"))
+				continue
+			case v.warming(l):
+				cells = append(cells, plain("warming"))
+			default:
+				occ := fmt.Sprintf("%.2f", lf.Occupancy)
+				if lf.Stale {
+					occ += "~"
+					v.stale = true
+				}
+				cells = append(cells, plain(occ))
+			}
+			idle := plain("-")
+			if lf.HoldSeconds > 0 {
+				idle = plain(fmt.Sprintf("%.0f%%", 100*lf.IdleShare))
+			}
+			if v.wasteAt(r, l) {
+				idle.style = "31" // mostly idle while held, and the app agrees: the waste
+			}
+			cells = append(cells, idle)
+		}
+		rate := "warming"
+		if !v.warming(r.Layer) {
+			rate = fmt.Sprintf("%.1f", r.StatementsPerSecond)
+			if r.StatementsLowerBound {
+				rate = "≥" + rate
 			}
 		}
-		sources = append(sources, s.Target+"/"+string(s.Source)+" "+state)
+		cells = append(cells, plain(string(r.Layer)), plain(rate), plain(strconv.Itoa(r.Sessions)), plain(strconv.Itoa(r.PinnedSessions)))
+		tb.add(cells...)
 	}
-	fmt.Fprintf(t.out, "holdtime top  window %s  sorted by %s  %d tags  %s\nsources: %s\n", t.window, t.sortKey, len(rows),
-		time.Now().Format("15:04:05"), strings.Join(sources, ", "))
-	tw := tabwriter.NewWriter(t.out, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "TAG\tOCCUPANCY\tIDLE\tHOLD s\tACTIVE s\tSTMT/s\tSESSIONS\tPINS\tSOURCE\t")
-	for i, r := range rows {
-		tag := r.Tag
-		source := string(r.Source)
-		if r.Stale {
-			source += " (stale)"
-		}
-		idle := fmt.Sprintf("%.0f%%", 100*r.IdleShare)
-		if color && r.IdleShare >= 0.5 && r.Occupancy >= 0.1 {
-			idle = "\x1b[31m" + idle + "\x1b[0m" // mostly idle while held: the waste
-		}
-		if color && i == 0 {
-			tag = "\x1b[1m" + tag + "\x1b[0m"
-		}
-		fmt.Fprintf(tw, "%s\t%.2f\t%s\t%.1f\t%.1f\t%.1f\t%d\t%d\t%s\t\n", tag, r.Occupancy, idle, r.HoldSeconds,
-			r.ActiveSeconds, r.Statements/secs, r.Sessions, r.PinnedSessions, source)
-	}
-	if len(rows) == 0 {
-		fmt.Fprintln(tw, "(no tag has held a connection in the window)\t\t\t\t\t\t\t\t\t")
-	}
-	return tw.Flush()
+	return tb
 }
 
 // httpTop reads a running collector's /api/v1/top.
@@ -276,9 +547,10 @@ type httpTop struct {
 	client *http.Client
 }
 
-func (h *httpTop) top(ctx context.Context, window string) (collector.TopResponse, error) {
+func (h *httpTop) top(ctx context.Context, q collector.TopQuery) (collector.TopResponse, error) {
 	var doc collector.TopResponse
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, h.base+"/api/v1/top?window="+url.QueryEscape(window), nil)
+	params := url.Values{"window": {windowParam(q.Window)}, "layer": {q.Layer}, "sort": {q.Sort}}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, h.base+"/api/v1/top?"+params.Encode(), nil)
 	if err != nil {
 		return doc, err
 	}
@@ -305,6 +577,17 @@ func (h *httpTop) top(ctx context.Context, window string) (collector.TopResponse
 		return doc, fmt.Errorf("collector at %s sent something that is not holdtime's /api/v1/top JSON: %v", h.shown, err)
 	}
 	return doc, nil
+}
+
+// windowParam names a window as /api/v1/top?window= takes it.
+func windowParam(w time.Duration) string {
+	switch w {
+	case 10 * time.Second:
+		return "10s"
+	case 5 * time.Minute:
+		return "5m"
+	}
+	return "1m"
 }
 
 func unwrapURLError(err error) error {

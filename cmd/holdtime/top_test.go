@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"net"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -129,7 +131,7 @@ func TestTopRanksHogFirst(t *testing.T) {
 			t.Fatalf("exit %d: %s", code, stderr.String())
 		}
 		lines := strings.Split(stdout.String(), "\n")
-		if len(lines) < 4 || !strings.Contains(lines[2], "OCCUPANCY") || !strings.Contains(lines[3], "hog") ||
+		if len(lines) < 4 || !strings.Contains(lines[2], "SERVER") || !strings.Contains(lines[3], "hog") ||
 			!strings.Contains(lines[1], "mysql up") {
 			t.Errorf("table:\n%s", stdout.String())
 		}
@@ -173,5 +175,311 @@ func TestTopErrors(t *testing.T) {
 				t.Errorf("password in output: %q", msg)
 			}
 		})
+	}
+}
+
+// frames is an output top writes to from another goroutine; waitFor
+// returns once it holds what a test waits for.
+type frames struct {
+	mu      sync.Mutex
+	buf     bytes.Buffer
+	changed chan struct{}
+}
+
+func newFrames() *frames { return &frames{changed: make(chan struct{}, 1)} }
+
+func (f *frames) Write(p []byte) (int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n, err := f.buf.Write(p)
+	select {
+	case f.changed <- struct{}{}:
+	default:
+	}
+	return n, err
+}
+
+func (f *frames) String() string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.buf.String()
+}
+
+// waitFor waits until ok holds for the output, and returns it.
+func (f *frames) waitFor(t *testing.T, what string, timeout time.Duration, ok func(string) bool) string {
+	t.Helper()
+	deadline := time.After(timeout)
+	for {
+		if s := f.String(); ok(s) {
+			return s
+		}
+		select {
+		case <-f.changed:
+		case <-deadline:
+			t.Fatalf("no %s within %v; output:\n%s", what, timeout, f.String())
+		}
+	}
+}
+
+// split cuts top's output into its refreshes.
+func split(out string) []string {
+	var fs []string
+	for _, f := range strings.Split(out, "holdtime top  ")[1:] {
+		fs = append(fs, "holdtime top  "+f)
+	}
+	return fs
+}
+
+// startTop runs top with args until the test ends, writing to out.
+func startTop(t *testing.T, out io.Writer, args ...string) (stop func() (code int, stderr string)) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	var stderr bytes.Buffer
+	done := make(chan int, 1)
+	go func() { done <- run(ctx, append([]string{"top"}, args...), out, &stderr) }()
+	var code int
+	var once sync.Once
+	stop = func() (int, string) {
+		once.Do(func() { cancel(); code = <-done })
+		return code, stderr.String()
+	}
+	t.Cleanup(func() { stop() })
+	return stop
+}
+
+// TestTopWarmsUp polls a server directly while a hog holds two
+// connections: the first refreshes say "warming", not an occupancy divided
+// by the first milliseconds, and no later one shows more connections held
+// than the hog has.
+func TestTopWarmsUp(t *testing.T) {
+	d := testenv.NewDatabase(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	wg := hogWorkload(t, ctx, d)
+	defer func() { cancel(); wg.Wait() }()
+
+	out := newFrames()
+	stop := startTop(t, out, "--mysql", d.DSN(), "--window", "10s", "--interval", "100ms", "--color", "never")
+	all := out.waitFor(t, "refresh covering 3 s", 60*time.Second, func(s string) bool {
+		fs := split(s)
+		return len(fs) > 1 && strings.Contains(fs[len(fs)-2], "covered 3.")
+	})
+	if code, stderr := stop(); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	fs := split(all)
+	if !strings.Contains(fs[0], "warming") {
+		t.Errorf("first refresh shows figures over a fraction of a second:\n%s", fs[0])
+	}
+	sawHog := false
+	for _, f := range fs[:len(fs)-1] {
+		for _, l := range strings.Split(f, "\n") {
+			fields := strings.Fields(l)
+			if len(fields) < 3 || fields[0] != "hog" || fields[1] == "warming" {
+				continue
+			}
+			sawHog = true
+			occ, err := strconv.ParseFloat(fields[1], 64)
+			// Two goroutines hold a connection at most each; the server's
+			// figures are sampled every 250 ms, hence the margin.
+			if err != nil || occ > 2.3 {
+				t.Errorf("hog server occupancy %q, want at most the 2 connections it has:\n%s", fields[1], f)
+			}
+		}
+	}
+	if !sawHog {
+		t.Errorf("no refresh showed the hog's occupancy:\n%s", all)
+	}
+}
+
+// TestTopRetriesALostCollector: a collector that goes away is shown DOWN,
+// and its figures come back when it does.
+func TestTopRetriesALostCollector(t *testing.T) {
+	c, err := collector.New(collector.Config{OTLP: collector.OTLPConfig{Enabled: true, Target: "app"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	serve := func(ln net.Listener) *httptest.Server {
+		srv := httptest.NewUnstartedServer(c.Handler())
+		srv.Listener.Close()
+		srv.Listener = ln
+		srv.Start()
+		return srv
+	}
+	srv := serve(ln)
+	out := newFrames()
+	stop := startTop(t, out, "--collector", "http://"+addr, "--interval", "100ms", "--color", "never")
+	out.waitFor(t, "first refresh", 20*time.Second, func(s string) bool { return strings.Contains(s, "app/otlp waiting") })
+	srv.Close()
+	out.waitFor(t, "DOWN", 20*time.Second, func(s string) bool {
+		return strings.Contains(s, "collector http://"+addr+" DOWN: cannot reach the collector")
+	})
+	ln, err = net.Listen("tcp", addr)
+	if err != nil {
+		t.Skipf("the collector's port was taken meanwhile: %v", err)
+	}
+	srv = serve(ln)
+	defer srv.Close()
+	out.waitFor(t, "refresh after the collector came back", 20*time.Second, func(s string) bool {
+		fs := split(s)
+		return len(fs) > 1 && strings.Contains(fs[len(fs)-2], "app/otlp waiting") && strings.Contains(strings.Join(fs, ""), "DOWN")
+	})
+	if code, stderr := stop(); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+}
+
+// TestTopLayerFlag: a conntag app sends its spans to the collector; tag
+// idle_conn holds a db.Conn idle outside a transaction (only the app sees
+// it), tag busy runs short statements now and then. idle_conn ranks first by default and
+// on the app layer, and is absent from the server layer's ranking.
+func TestTopLayerFlag(t *testing.T) {
+	d := testenv.NewDatabase(t)
+	c, err := collector.New(collector.Config{
+		MySQL: []collector.MySQLConfig{{Name: "db", DSN: d.Target.Config("").FormatDSN(), Interval: 250 * time.Millisecond}},
+		OTLP:  collector.OTLPConfig{Enabled: true, Target: "app"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stopCol := context.WithCancel(context.Background())
+	colDone := make(chan struct{})
+	go func() { defer close(colDone); c.Run(runCtx) }()
+	defer func() { stopCol(); <-colDone }()
+	srv := httptest.NewServer(c.Handler())
+	defer srv.Close()
+
+	ctx, cancel := context.WithCancel(context.Background())
+	tp, err := exportSpans(ctx, srv.URL+"/v1/traces")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tp.Shutdown(context.Background())
+	connector, err := mysql.NewConnector(d.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := conntag.OpenDB(connector, conntag.WithoutMetrics(), conntag.WithTracerProvider(tp))
+	defer db.Close()
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		tctx := conntag.WithTag(ctx, "idle_conn")
+		for ctx.Err() == nil {
+			conn, err := db.Conn(tctx)
+			if err != nil {
+				return
+			}
+			conn.ExecContext(tctx, "SELECT 1")
+			select { // held idle outside a transaction: the behaviour under observation
+			case <-time.After(300 * time.Millisecond):
+			case <-ctx.Done():
+			}
+			conn.Close()
+		}
+	})
+	wg.Go(func() {
+		tctx := conntag.WithTag(ctx, "busy")
+		for ctx.Err() == nil {
+			db.ExecContext(tctx, "SELECT SLEEP(0.005)")
+			select { // between statements the connection is back in the pool
+			case <-time.After(20 * time.Millisecond):
+			case <-ctx.Done():
+			}
+		}
+	})
+	defer func() { cancel(); wg.Wait() }()
+
+	ask := func(layer string) collector.TopResponse {
+		t.Helper()
+		var doc collector.TopResponse
+		code, out, errOut := runCLI(t, "top", "--collector", srv.URL, "--once", "--json", "--window", "10s", "--layer", layer)
+		if code != 0 {
+			t.Fatalf("--layer %s: exit %d: %s", layer, code, errOut)
+		}
+		if err := json.Unmarshal([]byte(out), &doc); err != nil {
+			t.Fatalf("--layer %s: %v\n%s", layer, err, out)
+		}
+		return doc
+	}
+	// Until the app layer has seen both tags over a few seconds.
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	timeout := time.After(60 * time.Second)
+	for {
+		doc := ask("app")
+		if doc.CoveredSeconds > 3 && len(doc.Rows) >= 2 {
+			break
+		}
+		select {
+		case <-tick.C:
+		case <-timeout:
+			t.Fatalf("the app layer has not seen both tags: %+v", doc)
+		}
+	}
+	for _, layer := range []string{"max", "app"} {
+		doc := ask(layer)
+		if doc.Layer != layer || len(doc.Rows) == 0 || doc.Rows[0].Tag != "idle_conn" || doc.Rows[0].Layer != collector.LayerApp {
+			t.Errorf("--layer %s: first row %+v, want idle_conn ranked by the app layer", layer, doc.Rows)
+		}
+	}
+	for _, r := range ask("server").Rows {
+		if r.Layer != collector.LayerServer {
+			t.Errorf("--layer server: row %s ranked by %s", r.Tag, r.Layer)
+		}
+		if r.Tag == "idle_conn" && r.Occupancy > 0.1 {
+			t.Errorf("--layer server: idle_conn holds %.2f server connections; it holds none between its statements", r.Occupancy)
+		}
+	}
+	code, out, errOut := runCLI(t, "top", "--collector", srv.URL, "--once", "--window", "10s", "--color", "never")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	t.Log("\n" + out)
+	if f := strings.Fields(strings.Split(out, "\n")[2]); len(f) < 5 || f[1] != "APP" || f[3] != "SERVER" {
+		t.Errorf("table header %v: want APP and SERVER columns", f)
+	}
+	if code, _, errOut := runCLI(t, "top", "--collector", srv.URL, "--layer", "disk"); code == 0 || !strings.Contains(errOut, "--layer") {
+		t.Errorf("--layer disk: exit %d, %q", code, errOut)
+	}
+}
+
+// TestTopOwnPollingIsNotCounted: on a server nobody else uses, top polling
+// it directly next to a collector daemon polling it too (and ProxySQL in
+// front, with its monitor, when installed) shows no tag: neither's polling
+// is untagged or unknown hold.
+func TestTopOwnPollingIsNotCounted(t *testing.T) {
+	d := testenv.NewDatabase(t)
+	args := []string{"top", "--mysql", "db=" + d.Target.Config("").FormatDSN(), "--once", "--json", "--window", "10s", "--interval", "3s"}
+	if testenv.ProxySQLAvailable() {
+		p, err := testenv.StartProxySQL(context.Background(), testenv.ProxySQLOptions{Backend: d.Target, Schema: d.Name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { p.Close() })
+		args = append(args, "--proxysql", "px="+p.AdminDSN())
+	}
+	c, err := collector.New(collector.Config{MySQL: []collector.MySQLConfig{{Name: "daemon", DSN: d.Target.Config("").FormatDSN(), Interval: 250 * time.Millisecond}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); c.Run(runCtx) }()
+	defer func() { stop(); <-done }()
+
+	code, out, errOut := runCLI(t, args...)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var doc collector.TopResponse
+	if err := json.Unmarshal([]byte(out), &doc); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range append(doc.Rows, c.Top(10*time.Second)...) {
+		t.Errorf("tag %s (%s layer, %.3f s hold, %.0f statements) on a server only holdtime polls", r.Tag, r.Layer, r.HoldSeconds, r.Statements)
 	}
 }

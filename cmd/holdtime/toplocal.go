@@ -141,12 +141,41 @@ func (l *localTop) waitFirstPoll(ctx context.Context, timeout time.Duration) err
 	}
 }
 
-func (l *localTop) top(_ context.Context, window string) (collector.TopResponse, error) {
-	w, err := time.ParseDuration(window)
-	if err != nil {
-		return collector.TopResponse{}, err
+func (l *localTop) top(_ context.Context, q collector.TopQuery) (collector.TopResponse, error) {
+	return l.c.TopReport(q)
+}
+
+// waitCovered waits at least least, then until every layer's figures cover
+// minCovered (rates over less are not shown), for at most timeout.
+func (l *localTop) waitCovered(ctx context.Context, q collector.TopQuery, least, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	first := time.NewTimer(least)
+	defer first.Stop()
+	select {
+	case <-first.C:
+	case <-ctx.Done():
+		return ctx.Err()
 	}
-	return collector.TopResponse{At: time.Now().UTC(), Rows: l.c.Top(w), Sources: l.c.Sources()}, nil
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		resp, err := l.c.TopReport(q)
+		if err != nil {
+			return err
+		}
+		short := false
+		for _, ls := range resp.Layers {
+			short = short || ls.CoveredSeconds < minCovered.Seconds()
+		}
+		if !short || time.Now().After(deadline) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
+	}
 }
 
 // stop ends the polling; errors closing connections after the user quit

@@ -20,6 +20,7 @@ import (
 	"github.com/holdtime/holdtime/conntag"
 	"github.com/holdtime/holdtime/reservation"
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Config describes a sale. The zero value of every field but DB and MySQL
@@ -57,23 +58,46 @@ type Config struct {
 	TxWork time.Duration
 	// MeterProvider receives the engine's and conntag's metrics.
 	MeterProvider metric.MeterProvider
+	// TracerProvider, when set, receives conntag's spans (holds and
+	// statements) of the pool Run opens from MySQL.
+	TracerProvider trace.TracerProvider
+	// Backend is the reservation system to sell through. Default: the
+	// engine with Strategy, on DB.
+	Backend Backend
+	// KillClaims is the share of claims killed: the first attempt dies
+	// between the claim's two halves (Backend.Claim), and the sale drives
+	// the claim again, as a payment webhook redelivered after a crash
+	// would. Default 0.
+	KillClaims float64
+	// Restarts is how many times Restart runs during the sale, spread
+	// evenly over its buyers (after 1/(Restarts+1) of them, 2/(Restarts+1),
+	// ...). Default 0.
+	Restarts int
+	// Restart restarts what the backend keeps its state in (a Redis crash,
+	// or KILL of the MySQL connections); required when Restarts > 0.
+	Restart func(ctx context.Context) error
+	// AfterStock, when set, runs once the items are stocked, before the
+	// first buyer (to take the snapshot a Redis restart comes back with).
+	AfterStock func(ctx context.Context) error
 	// Progress, when set, is called after each buyer with the count done.
 	Progress func(done, total int)
 }
 
 // Report is what a sale did.
 type Report struct {
-	Strategy    reservation.Strategy
-	Buyers      int64 // buyers admitted (fewer than Config.Buyers when Duration ran out)
+	Strategy    reservation.Strategy // the engine's strategy (empty for another Backend)
+	Backend     string               // Backend.Name()
+	Buyers      int64                // buyers admitted (fewer than Config.Buyers when Duration ran out)
 	Elapsed     time.Duration
 	Reserves    int64   // successful reserves
 	Throughput  float64 // successful reserves per second
 	ReserveP50  time.Duration
 	ReserveP99  time.Duration
 	Sold        int64 // units claimed per the ledger
+	Paid        int64 // units whose claim the buyer was told succeeded: the customers' truth
 	Stock       int64 // units stocked
-	Oversold    int64 // units claimed beyond stock, or claims the ledger lacks
-	Undersold   int64 // units unsold although every buyer came and demand exceeded stock
+	Oversold    int64 // units paid for beyond stock, or paid for and missing from the ledger
+	Undersold   int64 // units the ledger counts sold that nobody paid for, plus units unsold although every buyer came and demand exceeded stock
 	Leaked      int64 // units held by reservations no longer held, or counted twice
 	SoldOut     int64 // buyers turned away by the ledger
 	Abandoned   int64
@@ -81,11 +105,15 @@ type Report struct {
 	Refills     int64 // inline refills run by short reserves, whether or not they added units
 	ShortReads  int64
 	FailedCalls int64 // reserves and claims that returned an unexpected error
+	// KilledClaims is how many claims died (Config.KillClaims) and were
+	// driven again; Restarts how many restarts ran; LostHolds the paid
+	// buyers whose hold the backend no longer knew (lost by a restart).
+	KilledClaims, Restarts, LostHolds int64
 }
 
 func (c Config) withDefaults() (Config, error) {
-	if c.DB == nil && c.MySQL == nil {
-		return c, errors.New("flashsale: Config.DB or Config.MySQL is required")
+	if c.DB == nil && c.MySQL == nil && c.Backend == nil {
+		return c, errors.New("flashsale: Config.DB, Config.MySQL or Config.Backend is required")
 	}
 	c.Strategy = cmp.Or(c.Strategy, reservation.StrategySkipLocked)
 	c.Buyers = cmp.Or(c.Buyers, 1000)
@@ -100,6 +128,12 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.AbandonRate < 0 || c.AbandonRate > 1 {
 		return c, fmt.Errorf("flashsale: AbandonRate %v must be within [0, 1]", c.AbandonRate)
+	}
+	if c.KillClaims < 0 || c.KillClaims > 1 {
+		return c, fmt.Errorf("flashsale: KillClaims %v must be within [0, 1]", c.KillClaims)
+	}
+	if c.Restarts < 0 || (c.Restarts > 0 && c.Restart == nil) {
+		return c, fmt.Errorf("flashsale: Restarts %d needs a Restart function (and cannot be negative)", c.Restarts)
 	}
 	for name, n := range map[string]int64{"Buyers": int64(c.Buyers), "Concurrency": int64(c.Concurrency),
 		"Items": int64(c.Items), "Locations": int64(c.Locations), "Stock": c.Stock, "CartSize": int64(c.CartSize)} {
@@ -116,6 +150,17 @@ func (c Config) withDefaults() (Config, error) {
 	return c, nil
 }
 
+// OpenDB opens a pool the way Run opens its own from cfg.MySQL: through
+// conntag (with cfg's MeterProvider and TracerProvider), InterpolateParams
+// on, sized to cfg.Concurrency plus 4.
+func OpenDB(cfg Config) (*sql.DB, error) {
+	if cfg.MySQL == nil {
+		return nil, errors.New("flashsale: Config.MySQL is required to open a pool")
+	}
+	cfg.Concurrency = cmp.Or(cfg.Concurrency, 16)
+	return openDB(cfg)
+}
+
 // openDB opens the sale's own pool through conntag.
 func openDB(cfg Config) (*sql.DB, error) {
 	mc := cfg.MySQL.Clone()
@@ -127,6 +172,9 @@ func openDB(cfg Config) (*sql.DB, error) {
 	var opts []conntag.Option
 	if cfg.MeterProvider != nil {
 		opts = append(opts, conntag.WithMeterProvider(cfg.MeterProvider))
+	}
+	if cfg.TracerProvider != nil {
+		opts = append(opts, conntag.WithTracerProvider(cfg.TracerProvider))
 	}
 	db := conntag.OpenDB(connector, opts...)
 	// Every buyer holds a connection for a whole reserve; the engine's
@@ -143,19 +191,23 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	if err != nil {
 		return Report{}, err
 	}
-	if cfg.DB == nil {
-		if cfg.DB, err = openDB(cfg); err != nil {
+	b := cfg.Backend
+	if b == nil {
+		if cfg.DB == nil {
+			if cfg.DB, err = openDB(cfg); err != nil {
+				return Report{}, err
+			}
+			defer cfg.DB.Close()
+		}
+		e, err := reservation.New(cfg.DB, reservation.Config{Strategy: cfg.Strategy, PoolSize: cfg.PoolSize,
+			MeterProvider: cfg.MeterProvider, ExpiryInterval: 10 * time.Millisecond})
+		if err != nil {
 			return Report{}, err
 		}
-		defer cfg.DB.Close()
-	}
-	e, err := reservation.New(cfg.DB, reservation.Config{Strategy: cfg.Strategy, PoolSize: cfg.PoolSize,
-		MeterProvider: cfg.MeterProvider, ExpiryInterval: 10 * time.Millisecond})
-	if err != nil {
-		return Report{}, err
-	}
-	if err := e.Migrate(ctx); err != nil {
-		return Report{}, err
+		if err := e.Migrate(ctx); err != nil {
+			return Report{}, err
+		}
+		b = EngineBackend(e, cfg.DB)
 	}
 	shop := uint64(time.Now().UnixNano())
 	var keys []reservation.ItemKey
@@ -163,17 +215,19 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		for loc := range cfg.Locations {
 			k := reservation.ItemKey{ShopID: shop, ItemID: uint64(item + 1), GroupID: uint64(loc + 1)}
 			keys = append(keys, k)
-			if err := e.Receive(ctx, reservation.StockParams{ItemKey: k, Quantity: cfg.Stock}); err != nil {
-				return Report{}, err
-			}
-			if _, err := e.Refill(ctx, k); err != nil {
+			if err := b.Receive(ctx, k, cfg.Stock); err != nil {
 				return Report{}, err
 			}
 		}
 	}
+	if cfg.AfterStock != nil {
+		if err := cfg.AfterStock(ctx); err != nil {
+			return Report{}, fmt.Errorf("flashsale: after stocking: %w", err)
+		}
+	}
 	runCtx, stopRun := context.WithCancel(ctx)
 	runDone := make(chan error, 1)
-	go func() { runDone <- e.Run(runCtx) }()
+	go func() { runDone <- b.Run(runCtx) }()
 	stopped := false
 	stop := func() {
 		if !stopped {
@@ -184,7 +238,13 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	}
 	defer stop()
 
-	s := &sale{cfg: cfg, e: e, shop: shop, latencies: make([]time.Duration, cfg.Buyers)}
+	s := &sale{cfg: cfg, b: b, shop: shop, latencies: make([]time.Duration, cfg.Buyers), paid: map[reservation.ItemKey]int64{}}
+	var restarts sync.WaitGroup
+	defer restarts.Wait()
+	restartAt := map[int]bool{}
+	for k := 1; k <= cfg.Restarts; k++ {
+		restartAt[k*cfg.Buyers/(cfg.Restarts+1)] = true
+	}
 	start := time.Now()
 	var deadline time.Time
 	if cfg.Duration > 0 {
@@ -203,6 +263,16 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 					return
 				}
 				s.started.Add(1)
+				if restartAt[b] {
+					// This buyer starts the next k/(Restarts+1) of the sale.
+					restarts.Go(func() {
+						if err := cfg.Restart(ctx); err != nil {
+							s.restartErr.Store(&err)
+							return
+						}
+						s.restarts.Add(1)
+					})
+				}
 				s.buy(ctx, b)
 				if cfg.Progress != nil {
 					cfg.Progress(int(s.done.Add(1)), cfg.Buyers)
@@ -212,31 +282,45 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
+	restarts.Wait()
+	if p := s.restartErr.Load(); p != nil {
+		return Report{}, fmt.Errorf("flashsale: restart: %w", *p)
+	}
 	// The audit reads the books at rest: Run's sweeper and refiller must not
 	// move units under it.
 	stop()
 	if err := ctx.Err(); err != nil {
 		return Report{}, err
 	}
-	if _, err := e.ExpireDue(ctx); err != nil {
+	if _, err := b.ExpireDue(ctx); err != nil {
 		return Report{}, err
 	}
 	return s.report(ctx, keys, elapsed)
 }
 
 type sale struct {
-	cfg       Config
-	e         *reservation.Engine
-	shop      uint64
-	done      atomic.Int64
-	started   atomic.Int64
-	reserves  atomic.Int64
-	claimed   atomic.Int64
-	soldOut   atomic.Int64
-	abandoned atomic.Int64
-	failed    atomic.Int64
-	latencies []time.Duration // by buyer; 0 when the reserve failed
+	cfg        Config
+	b          Backend
+	shop       uint64
+	done       atomic.Int64
+	started    atomic.Int64
+	reserves   atomic.Int64
+	claimed    atomic.Int64
+	soldOut    atomic.Int64
+	abandoned  atomic.Int64
+	failed     atomic.Int64
+	latencies  []time.Duration // by buyer; 0 when the reserve failed
+	killed     atomic.Int64
+	lostHolds  atomic.Int64
+	restarts   atomic.Int64
+	restartErr atomic.Pointer[error]
+	mu         sync.Mutex
+	paid       map[reservation.ItemKey]int64 // units per item/group whose claim succeeded
 }
+
+// attempts bounds how often a buyer retries a call that failed with an
+// error other than a refusal: a backend restarting answers again soon.
+const attempts = 50
 
 func (s *sale) buy(ctx context.Context, b int) {
 	cfg := s.cfg
@@ -248,6 +332,7 @@ func (s *sale) buy(ctx context.Context, b int) {
 	for _, item := range rand.Perm(cfg.Items)[:1+rand.IntN(cfg.CartSize)] {
 		p.Lines = append(p.Lines, reservation.Line{ItemID: uint64(item + 1), Quantity: 1, GroupIDs: groups})
 	}
+	var lines []reservation.ReservedLine
 	abandon := rand.Float64() < cfg.AbandonRate
 	if abandon {
 		p.TTL = cfg.AbandonTTL
@@ -259,10 +344,15 @@ func (s *sale) buy(ctx context.Context, b int) {
 	// abandoned holds expire: bounded attempts, so a sale always ends.
 	for attempt := 0; ; attempt++ {
 		start := time.Now()
-		_, err := s.e.Reserve(ctx, p)
+		res, err := s.b.Reserve(ctx, p)
+		for try := 1; err != nil && !errors.Is(err, reservation.ErrInsufficientStock) && try < attempts && ctx.Err() == nil; try++ {
+			sleep(ctx, time.Duration(try)*time.Millisecond)
+			res, err = s.b.Reserve(ctx, p)
+		}
 		if err == nil {
 			s.latencies[b] = time.Since(start)
 			s.reserves.Add(1)
+			lines = res.Lines
 			break
 		}
 		if !errors.Is(err, reservation.ErrInsufficientStock) {
@@ -278,7 +368,7 @@ func (s *sale) buy(ctx context.Context, b int) {
 			return
 		}
 		if waiting {
-			s.e.ExpireDue(ctx)
+			s.b.ExpireDue(ctx)
 			sleep(ctx, cfg.AbandonTTL)
 		}
 	}
@@ -287,15 +377,36 @@ func (s *sale) buy(ctx context.Context, b int) {
 		return
 	}
 	sleep(ctx, cfg.PaymentDelay)
-	for range 10 {
-		err := s.e.Claim(ctx, s.shop, p.ReservationID)
+	// The buyer has paid. The claim is driven until it answers: after a
+	// killed attempt (the process died) or a backend that is restarting.
+	claimCtx := ctx
+	if cfg.KillClaims > 0 && rand.Float64() < cfg.KillClaims {
+		claimCtx = withKill(ctx)
+	}
+	for try := 0; try < attempts && ctx.Err() == nil; try++ {
+		err := s.b.Claim(claimCtx, s.shop, p.ReservationID)
 		if err == nil {
 			s.claimed.Add(int64(len(p.Lines)))
+			s.mu.Lock()
+			for _, l := range lines {
+				s.paid[reservation.ItemKey{ShopID: s.shop, ItemID: l.ItemID, GroupID: l.GroupID}] += l.Quantity
+			}
+			s.mu.Unlock()
 			return
 		}
-		if !errors.Is(err, reservation.ErrRetryable) {
-			break
+		switch {
+		case errors.Is(err, ErrKilled):
+			s.killed.Add(1)
+			claimCtx = ctx
+			continue
+		case errors.Is(err, reservation.ErrNotFound):
+			s.lostHolds.Add(1)
+			return
+		case errors.Is(err, reservation.ErrExpired), errors.Is(err, reservation.ErrReleased):
+			s.failed.Add(1)
+			return
 		}
+		sleep(ctx, time.Duration(try+1)*time.Millisecond)
 	}
 	s.failed.Add(1)
 }
@@ -311,16 +422,11 @@ func (s *sale) keepLines(ctx context.Context, p reservation.ReserveParams) ([]re
 		var sellable, held int64
 		for _, g := range l.GroupIDs {
 			k := reservation.ItemKey{ShopID: s.shop, ItemID: l.ItemID, GroupID: g}
-			n, err := s.e.Available(ctx, k)
+			n, h, err := s.b.Sellable(ctx, k)
 			if err != nil {
 				return nil, false
 			}
 			sellable += n
-			var h int64
-			if err := s.cfg.DB.QueryRowContext(ctx, `SELECT COALESCE(SUM(quantity), 0) FROM inventory_reserved_quantities
-				WHERE shop_id = ? AND inventory_item_id = ? AND inventory_group_id = ?`, s.shop, l.ItemID, g).Scan(&h); err != nil {
-				return nil, false
-			}
 			held += h
 		}
 		if sellable >= l.Quantity || held > 0 {
@@ -332,10 +438,13 @@ func (s *sale) keepLines(ctx context.Context, p reservation.ReserveParams) ([]re
 }
 
 func (s *sale) report(ctx context.Context, keys []reservation.ItemKey, elapsed time.Duration) (Report, error) {
-	st := s.e.Stats()
-	r := Report{Strategy: s.cfg.Strategy, Elapsed: elapsed, Reserves: s.reserves.Load(),
+	r := Report{Backend: s.b.Name(), Elapsed: elapsed, Reserves: s.reserves.Load(),
 		Stock: s.cfg.Stock * int64(len(keys)), SoldOut: s.soldOut.Load(), Abandoned: s.abandoned.Load(),
-		Retries: st.Retries, Refills: st.InlineRefills, ShortReads: st.ShortReads, FailedCalls: s.failed.Load()}
+		FailedCalls: s.failed.Load(), KilledClaims: s.killed.Load(), Restarts: s.restarts.Load(), LostHolds: s.lostHolds.Load()}
+	if eb, ok := s.b.(*engineBackend); ok {
+		st := eb.e.Stats()
+		r.Strategy, r.Retries, r.Refills, r.ShortReads = eb.strategy, st.Retries, st.InlineRefills, st.ShortReads
+	}
 	r.Throughput = float64(r.Reserves) / elapsed.Seconds()
 	lat := slices.DeleteFunc(slices.Clone(s.latencies), func(d time.Duration) bool { return d == 0 })
 	slices.Sort(lat)
@@ -343,21 +452,23 @@ func (s *sale) report(ctx context.Context, keys []reservation.ItemKey, elapsed t
 		r.ReserveP50 = lat[len(lat)/2]
 		r.ReserveP99 = lat[min(len(lat)-1, len(lat)*99/100)]
 	}
+	var ledgerOnly int64 // units the ledger counts sold that nobody paid for
 	for _, k := range keys {
-		b, err := Audit(ctx, s.cfg.DB, s.cfg.Strategy, k)
+		b, err := s.b.Audit(ctx, k)
 		if err != nil {
 			return r, err
 		}
+		paid := s.paid[k]
 		r.Sold += b.Claimed
-		r.Oversold += max(0, b.Claimed-s.cfg.Stock)
+		r.Paid += paid
+		r.Oversold += max(0, paid-s.cfg.Stock) + max(0, paid-b.Claimed)
+		ledgerOnly += max(0, b.Claimed-paid)
 		r.Leaked += b.Leaked()
 	}
-	if claimed := s.claimed.Load(); claimed != r.Sold {
-		r.Oversold += max(0, claimed-r.Sold) // buyers told "sold" without a ledger entry
-	}
 	r.Buyers = s.started.Load()
+	r.Undersold = ledgerOnly
 	if r.Buyers-r.Abandoned >= r.Stock && r.Buyers == int64(s.cfg.Buyers) {
-		r.Undersold = max(0, r.Stock-r.Sold)
+		r.Undersold += max(0, r.Stock-r.Paid-ledgerOnly)
 	}
 	return r, nil
 }
@@ -371,10 +482,18 @@ type Books struct {
 	OnHand, Claimed, Pooled, Held int64
 	// OrphanHeld is held quantity whose reservation is no longer held.
 	OrphanHeld int64
+	// separate: Pooled and Held are another system's counts than OnHand
+	// (the Redis design), so they cannot be checked against each other.
+	separate bool
 }
 
 // Leaked is the units counted twice or held by no live reservation.
-func (b Books) Leaked() int64 { return b.OrphanHeld + max(0, b.Pooled+b.Held-b.OnHand) }
+func (b Books) Leaked() int64 {
+	if b.separate {
+		return b.OrphanHeld
+	}
+	return b.OrphanHeld + max(0, b.Pooled+b.Held-b.OnHand)
+}
 
 // Audit reads the books of one item/group in one statement, so that under
 // READ COMMITTED every figure comes from one snapshot: a reserve, a release

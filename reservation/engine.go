@@ -48,6 +48,9 @@ type Engine struct {
 	// flightRun and flightWait are called, when set (tests), when a refill
 	// starts and when a caller waits for one.
 	flightRun, flightWait func(ItemKey)
+	// refillAlone turns the engine's single flight off (benchmarks: the
+	// convoy it prevents).
+	refillAlone bool
 
 	// unsettled are the effects on the counters of calls that returned an
 	// *OutcomeUnknownError, by the token their lost COMMIT wrote: a later
@@ -140,10 +143,14 @@ type Stats struct {
 	// refills added.
 	InlineRefills int64
 	RefilledUnits int64 // units added to pools by any refill
+	// RefillWait is the time reserves spent in inline refills, waiting for
+	// one included (the metric holdtime.reservation.refill.wait.duration).
+	RefillWait time.Duration
 }
 
 type counters struct {
 	reserves, claims, releases, expired, retries, shortReads, unitsSkipped, inlineRefills, refilledUnits atomic.Int64
+	refillWait                                                                                           atomic.Int64 // ns
 }
 
 // Stats returns a snapshot of the engine's counters.
@@ -153,7 +160,7 @@ func (e *Engine) Stats() Stats {
 		Reserves: s.reserves.Load(), Claims: s.claims.Load(), Releases: s.releases.Load(),
 		Expired: s.expired.Load(), Retries: s.retries.Load(), ShortReads: s.shortReads.Load(),
 		UnitsSkipped: s.unitsSkipped.Load(), InlineRefills: s.inlineRefills.Load(),
-		RefilledUnits: s.refilledUnits.Load(),
+		RefilledUnits: s.refilledUnits.Load(), RefillWait: time.Duration(s.refillWait.Load()),
 	}
 }
 

@@ -93,9 +93,13 @@ func (e *Engine) lockPool(ctx context.Context, tx *sql.Tx, key ItemKey, q string
 // then ran a refill that found the pool full (a convoy). A caller takes
 // the result of a refill that started after it asked, so what the caller
 // learns of the ledger (sold out or not) was read during its own call; a
-// refill that started earlier, or failed, it waits out and then runs or
-// joins the next one.
+// refill that started earlier it takes only when that refill added units
+// and found enough sellable (the caller retries at once); otherwise, or
+// when the refill failed, the caller runs or joins the next one.
 func (e *Engine) refill(ctx context.Context, key ItemKey, need int64) (poolState, int64, error) {
+	if e.refillAlone {
+		return e.refillTx(ctx, key, need)
+	}
 	asked := time.Now()
 	for {
 		e.flightMu.Lock()
@@ -123,7 +127,12 @@ func (e *Engine) refill(ctx context.Context, key ItemKey, need int64) (poolState
 		case <-ctx.Done():
 			return poolState{}, 0, context.Cause(ctx)
 		}
-		if f.err == nil && f.need >= need && !f.start.Before(asked) {
+		if f.err == nil && f.need >= need && (!f.start.Before(asked) || f.added > 0 && f.st.sellable() >= need) {
+			// A refill that started after this call asked read the ledger
+			// during the call: its answer stands. One that started before
+			// but committed units (after this call's short fetch) and found
+			// enough sellable is worth a retry at once; it can never make
+			// this call report sold out from a read older than the call.
 			return f.st, f.added, nil
 		}
 	}

@@ -413,7 +413,9 @@ func (e *Engine) replan(ctx context.Context, p ReserveParams, parts []part, shor
 		}
 		start := time.Now()
 		st, added, err := e.refill(ctx, key, want[k])
-		e.metrics.refillWait(ctx, time.Since(start))
+		wait := time.Since(start)
+		e.metrics.refillWait(ctx, wait)
+		e.stats.refillWait.Add(int64(wait))
 		e.stats.inlineRefills.Add(1)
 		if err != nil {
 			return parts, err

@@ -8,11 +8,11 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"text/tabwriter"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
@@ -49,10 +49,15 @@ type demoCmd struct {
 	listen      string
 	noProxySQL  bool
 	topInterval time.Duration
+	color       string
+
+	results []phaseResult // each half's, for tests
 }
 
-func newDemoCmd() *cobra.Command {
-	d := &demoCmd{}
+func newDemoCmd() *cobra.Command { return newDemoCmdFor(&demoCmd{}) }
+
+// newDemoCmdFor is the demo command running d: a test reads d.results.
+func newDemoCmdFor(d *demoCmd) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "demo",
 		Short: "The whole story on a throwaway server: find the connection hog, fix it, watch the sale speed up",
@@ -62,12 +67,16 @@ with every source it can: the server itself, ProxySQL, and the app's conntag spa
 
 Then it runs a flash sale through the SKIP LOCKED reservation engine on a bounded
 connection pool, next to a checkout step that keeps its connection while it waits on a
-slow tax-quote call. The live view ranks tags by occupancy (connections kept busy): the
-checkout step comes first, its hold almost all idle, while reservations are fast.
+slow tax-quote call. The live view ranks tags by occupancy (connections kept busy), as
+holdtime top does, with each layer's figure side by side (APP: the app's pool, PROXY:
+ProxySQL's backends, SERVER: the server's connections): the checkout step comes first,
+its hold almost all idle, while reservations are fast. An idle share is red only where
+the app confirms the waste.
 
 Halfway through it applies the fix (the step releases its connection before the slow
-call) and shows the hog's occupancy fall and the sale's throughput rise. It ends with a
-before/after table and the sale's books: nothing oversold, undersold or leaked.`,
+call) and shows the hog's occupancy fall and the sale's throughput rise. It ends with the
+hog read from the app layer before and after, the same hog at each layer, and the sale's
+throughput and books: nothing oversold, undersold or leaked.`,
 		Args: noArgs("the demo starts its own servers; see --help for its flags"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			d.out = cmd.OutOrStdout()
@@ -86,6 +95,7 @@ before/after table and the sale's books: nothing oversold, undersold or leaked.`
 	f.StringVar(&d.listen, "listen", "127.0.0.1:0", "address of the demo's /metrics and collector API (port 0: any free port)")
 	f.BoolVar(&d.noProxySQL, "no-proxysql", false, "do not start ProxySQL even when it is installed")
 	f.DurationVar(&d.topInterval, "top-interval", time.Second, "refresh interval of the live view")
+	f.StringVar(&d.color, "color", "auto", "colour: auto (on a terminal), always, never")
 	return cmd
 }
 
@@ -101,6 +111,8 @@ func (d *demoCmd) validate() error {
 		return fmt.Errorf("--pool %d must be larger than --checkouts %d, or the sale gets no connection at all", d.poolSize, d.hogs)
 	case d.topInterval < 100*time.Millisecond:
 		return errors.New("--top-interval must be at least 100ms")
+	case d.color != "auto" && d.color != "always" && d.color != "never":
+		return fmt.Errorf("--color %q: use auto, always or never", d.color)
 	}
 	if err := checkListen("listen", d.listen); err != nil {
 		return err
@@ -112,9 +124,9 @@ func (d *demoCmd) validate() error {
 type phaseResult struct {
 	name   string
 	sale   flashsale.Report
-	holds  map[string]tagHold // app-side, per tag, over the phase
-	top    []collector.TopRow // the collector's view at the end of the phase
-	quotes int64              // tax quotes done
+	holds  map[string]tagHold    // app-side, per tag, over the phase
+	top    collector.TopResponse // the collector's view of the phase's last 10 s
+	quotes int64                 // tax quotes done
 }
 
 type tagHold struct{ hold, idle float64 }
@@ -256,7 +268,9 @@ func (d *demoCmd) phase(ctx context.Context, name, what string, db *sql.DB, mp *
 	// Ten blank lines first, so that drawing never scrolls the screen and
 	// moves the saved position.
 	live := isTerminal(d.out)
+	width := 0
 	if live {
+		width = termWidth(d.out)
 		fmt.Fprint(d.out, strings.Repeat("\n", 10)+"\x1b[10A\x1b[s")
 	}
 	liveDone := make(chan struct{})
@@ -271,7 +285,7 @@ func (d *demoCmd) phase(ctx context.Context, name, what string, db *sql.DB, mp *
 			case <-tick.C:
 				if live {
 					fmt.Fprint(d.out, "\x1b[u\x1b[J")
-					d.drawTop(col.Top(10 * time.Second))
+					d.drawTop(d.view(col), width)
 				}
 			}
 		}
@@ -302,11 +316,11 @@ func (d *demoCmd) phase(ctx context.Context, name, what string, db *sql.DB, mp *
 		s := startHolds[tag]
 		res.holds[tag] = tagHold{hold: (e.hold - s.hold) / elapsed, idle: e.idle - s.idle}
 	}
-	res.top = col.Top(10 * time.Second)
+	res.top = d.view(col)
 	if live {
 		fmt.Fprint(d.out, "\x1b[u\x1b[J")
 	}
-	d.drawTop(res.top)
+	d.drawTop(res.top, width)
 	fmt.Fprintln(d.out)
 	return res, nil
 }
@@ -348,42 +362,92 @@ func (d *demoCmd) taxQuote(ctx context.Context, db *sql.DB, fixed bool) error {
 	return tx.Commit()
 }
 
-func (d *demoCmd) drawTop(rows []collector.TopRow) {
-	tw := tabwriter.NewWriter(d.out, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "TAG\tOCCUPANCY\tIDLE\tSTMT/s\tSOURCE\t")
-	n := 0
-	for _, r := range rows {
-		if r.Tag == "demo_setup" || r.Tag == "flashsale_audit" {
-			continue
-		}
-		if n++; n > 8 {
-			break
-		}
-		fmt.Fprintf(tw, "%s\t%.2f\t%.0f%%\t%.0f\t%s\t\n", r.Tag, r.Occupancy, 100*r.IdleShare, r.Statements/10, r.Source)
+// view is the collector's ranking over the last 10 s, without the demo's
+// own bookkeeping tags.
+func (d *demoCmd) view(col *collector.Collector) collector.TopResponse {
+	resp, _ := col.TopReport(collector.TopQuery{Window: 10 * time.Second})
+	resp.Rows = slices.DeleteFunc(resp.Rows, func(r collector.TopRow) bool {
+		return r.Tag == "demo_setup" || r.Tag == "flashsale_audit"
+	})
+	return resp
+}
+
+// drawTop draws the ranking as top does: each layer's occupancy and idle
+// share, waste painted only where the app confirms it. At most 8 tags, so
+// the live view fits the lines it reserved.
+func (d *demoCmd) drawTop(resp collector.TopResponse, width int) {
+	rows := resp.Rows
+	if len(rows) > 8 {
+		rows = rows[:8]
 	}
-	tw.Flush()
+	var b strings.Builder
+	newTopView(resp).table(rows).write(&b, width, d.colored())
+	io.WriteString(d.out, b.String())
+}
+
+func (d *demoCmd) colored() bool {
+	return d.color == "always" || d.color == "auto" && isTerminal(d.out)
+}
+
+// layerLine is one layer's view of a tag: "occupancy / idle share", or
+// "-" when the layer did not see it.
+func layerLine(resp collector.TopResponse, tag string, l collector.Layer) string {
+	for _, r := range resp.Rows {
+		if lf := r.Layers[l]; r.Tag == tag && lf != nil {
+			return fmt.Sprintf("%.2f / %.0f%%", lf.Occupancy, 100*lf.IdleShare)
+		}
+	}
+	return "-"
 }
 
 func (d *demoCmd) summary(before, after phaseResult) error {
-	fmt.Fprintln(d.out, "== before and after the fix (app-side figures from conntag)")
-	tw := tabwriter.NewWriter(d.out, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "\tBEFORE\tAFTER\t")
-	fmt.Fprintf(tw, "%s occupancy (connections)\t%.2f\t%.2f\t\n", hogTag, before.holds[hogTag].hold, after.holds[hogTag].hold)
-	fmt.Fprintf(tw, "%s idle share of hold\t%.0f%%\t%.0f%%\t\n", hogTag, 100*before.idleShare(hogTag), 100*after.idleShare(hogTag))
-	fmt.Fprintf(tw, "top tag by occupancy\t%s\t%s\t\n", before.topTag(), after.topTag())
-	fmt.Fprintf(tw, "flash-sale reserves per second\t%.0f\t%.0f\t\n", before.sale.Throughput, after.sale.Throughput)
-	fmt.Fprintf(tw, "reserve latency p50 / p99\t%v / %v\t%v / %v\t\n",
-		before.sale.ReserveP50.Round(time.Microsecond*100), before.sale.ReserveP99.Round(time.Microsecond*100),
-		after.sale.ReserveP50.Round(time.Microsecond*100), after.sale.ReserveP99.Round(time.Microsecond*100))
-	fmt.Fprintf(tw, "tax quotes done\t%d\t%d\t\n", before.quotes, after.quotes)
-	fmt.Fprintf(tw, "units sold\t%d\t%d\t\n", before.sale.Sold, after.sale.Sold)
-	fmt.Fprintf(tw, "oversold / undersold / leaked\t%d / %d / %d\t%d / %d / %d\t\n",
-		before.sale.Oversold, before.sale.Undersold, before.sale.Leaked, after.sale.Oversold, after.sale.Undersold, after.sale.Leaked)
-	if err := tw.Flush(); err != nil {
-		return err
+	d.results = []phaseResult{before, after}
+	var b strings.Builder
+	color := d.colored()
+	printLine(&b, 0, color, plain("== before and after the fix"))
+	tb := &table{left: map[int]bool{0: true}}
+	tb.add(cell{"The hog, from the app layer (conntag's own counters over each half)", "1"})
+	tb.add(plain(""), plain("BEFORE"), plain("AFTER"))
+	tb.add(plain(hogTag+" occupancy (connections)"), plain(fmt.Sprintf("%.2f", before.holds[hogTag].hold)),
+		plain(fmt.Sprintf("%.2f", after.holds[hogTag].hold)))
+	tb.add(plain(hogTag+" idle share of hold"), plain(fmt.Sprintf("%.0f%%", 100*before.idleShare(hogTag))),
+		plain(fmt.Sprintf("%.0f%%", 100*after.idleShare(hogTag))))
+	tb.add(plain("top tag by occupancy"), plain(before.topTag()), plain(after.topTag()))
+	tb.add(cell{"The same hog at each layer (the collector, the last 10 s of each half)", "1"})
+	for _, l := range collector.Layers {
+		ls := before.top.Layers[l]
+		if ls == nil {
+			continue
+		}
+		var srcs []string
+		for _, h := range ls.Headlines {
+			srcs = append(srcs, string(h.Source))
+		}
+		tb.add(plain(fmt.Sprintf("%s occupancy / idle share (%s)", l, strings.Join(slices.Compact(srcs), ", "))),
+			plain(layerLine(before.top, hogTag, l)), plain(layerLine(after.top, hogTag, l)))
 	}
+	tb.add(cell{"The sale", "1"})
+	tb.add(plain("flash-sale reserves per second"), plain(fmt.Sprintf("%.0f", before.sale.Throughput)),
+		plain(fmt.Sprintf("%.0f", after.sale.Throughput)))
+	round := func(d time.Duration) time.Duration { return d.Round(100 * time.Microsecond) }
+	tb.add(plain("reserve latency p50 / p99"),
+		plain(fmt.Sprintf("%v / %v", round(before.sale.ReserveP50), round(before.sale.ReserveP99))),
+		plain(fmt.Sprintf("%v / %v", round(after.sale.ReserveP50), round(after.sale.ReserveP99))))
+	tb.add(plain("tax quotes done"), plain(fmt.Sprint(before.quotes)), plain(fmt.Sprint(after.quotes)))
+	tb.add(plain("units sold"), plain(fmt.Sprint(before.sale.Sold)), plain(fmt.Sprint(after.sale.Sold)))
+	tb.add(plain("oversold / undersold / leaked"),
+		plain(fmt.Sprintf("%d / %d / %d", before.sale.Oversold, before.sale.Undersold, before.sale.Leaked)),
+		plain(fmt.Sprintf("%d / %d / %d", after.sale.Oversold, after.sale.Undersold, after.sale.Leaked)))
+	tb.write(&b, 0, color)
+	fmt.Fprintf(&b, "\nFrom the app layer: the checkout step kept %.2f of the pool's %d connections, %.0f%% of that idle while\n"+
+		"it waited on the tax service; after the fix, %.2f.", before.holds[hogTag].hold, d.poolSize,
+		100*before.idleShare(hogTag), after.holds[hogTag].hold)
 	if speedup := after.sale.Throughput / max(before.sale.Throughput, 1e-9); speedup > 1 {
-		fmt.Fprintf(d.out, "\nReleasing one idle connection per checkout made the sale %.1fx faster, with the same database.\n", speedup)
+		fmt.Fprintf(&b, "\nReleasing the connection before the slow call made the sale %.1fx faster, with the same database.", speedup)
+	}
+	b.WriteString("\n")
+	if _, err := io.WriteString(d.out, b.String()); err != nil {
+		return err
 	}
 	for _, r := range []phaseResult{before, after} {
 		if r.sale.Oversold != 0 || r.sale.Undersold != 0 || r.sale.Leaked != 0 {

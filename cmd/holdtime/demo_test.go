@@ -3,25 +3,35 @@ package main
 import (
 	"bytes"
 	"context"
+	"io"
 	"regexp"
 	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/holdtime/holdtime/collector"
 	"github.com/holdtime/holdtime/testenv"
 )
 
-// TestDemoTellsTheStory runs the demo short: the hog is the top tag before
-// the fix, its occupancy falls after, and the sale's books balance (the
-// command fails otherwise).
+// TestDemoTellsTheStory runs the demo with halves just longer than the
+// views' 10 s window: the hog is the top tag before the fix, its occupancy
+// falls after, the tables show every layer, the closing lesson is read from
+// the app layer, and the sale's books balance (the command fails
+// otherwise). After the fix no tag is painted as waste unless conntag's own
+// counters (not the spans the collector read) say the app wasted most of
+// its hold.
 func TestDemoTellsTheStory(t *testing.T) {
 	testenv.Require(t)
-	var stdout, stderr bytes.Buffer
-	args := []string{"demo", "--duration", "6s", "--slow-call", "100ms", "--no-proxysql"}
-	if code := run(context.Background(), args, &stdout, &stderr); code != 0 {
-		t.Fatalf("exit %d: %s\n%s", code, stderr.String(), stdout.String())
+	var stdout bytes.Buffer
+	d := &demoCmd{}
+	cmd := newDemoCmdFor(d)
+	cmd.SetArgs([]string{"--duration", "22s", "--slow-call", "100ms", "--no-proxysql", "--color", "always"})
+	cmd.SetOut(&stdout)
+	cmd.SetErr(io.Discard)
+	if err := cmd.ExecuteContext(context.Background()); err != nil {
+		t.Fatalf("%v\n%s", err, stdout.String())
 	}
-	out := stdout.String()
+	out := stripANSI(stdout.String())
 	t.Log("\n" + out)
 	field := func(label string) []string {
 		m := regexp.MustCompile(`(?m)^\s*` + regexp.QuoteMeta(label) + `\s+(\S+)\s+(\S+)\s*$`).FindStringSubmatch(out)
@@ -49,6 +59,42 @@ func TestDemoTellsTheStory(t *testing.T) {
 	}
 	if !strings.Contains(out, "/metrics") {
 		t.Error("the demo does not print its /metrics address")
+	}
+	if !strings.Contains(out, "The hog, from the app layer") || !regexp.MustCompile(`app occupancy / idle share \(otlp\)\s+\d`).MatchString(out) {
+		t.Error("the closing lesson is not read from the app layer")
+	}
+	// Each half's table has every layer the demo watches.
+	if n := len(regexp.MustCompile(`(?m)^TAG\s+APP\s+IDLE\s+SERVER\s+IDLE\s+LAYER`).FindAllString(out, -1)); n != 2 {
+		t.Errorf("%d tables with APP and SERVER columns, want one per half", n)
+	}
+
+	if len(d.results) != 2 {
+		t.Fatalf("%d halves", len(d.results))
+	}
+	for _, half := range d.results {
+		v := newTopView(half.top)
+		for _, r := range half.top.Rows {
+			for _, l := range collector.Layers {
+				if !v.wasteAt(r, l) {
+					continue
+				}
+				if truth := half.idleShare(r.Tag); truth < wasteIdleShare {
+					t.Errorf("%s: %s painted as waste at the %s layer (%.0f%% idle there), but conntag counts %.0f%% of its app hold idle",
+						half.name, r.Tag, l, 100*r.Layers[l].IdleShare, 100*truth)
+				}
+			}
+		}
+		// What the rule guards against: a busy tag the server sees idle.
+		for _, r := range half.top.Rows {
+			if s := r.Layers[collector.LayerServer]; s != nil && s.IdleShare >= wasteIdleShare && s.Occupancy >= wasteOccupancy &&
+				half.idleShare(r.Tag) < wasteIdleShare {
+				t.Logf("%s: %s is %.0f%% idle at the server, %.0f%% in the app: not painted", half.name, r.Tag,
+					100*s.IdleShare, 100*half.idleShare(r.Tag))
+			}
+		}
+	}
+	if hog := d.results[0].top.Rows; len(hog) == 0 || hog[0].Tag != hogTag || !newTopView(d.results[0].top).wasteAt(hog[0], collector.LayerApp) {
+		t.Errorf("before the fix the hog is not first and painted at the app layer: %+v", hog)
 	}
 }
 

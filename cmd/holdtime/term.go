@@ -104,7 +104,8 @@ func plain(s string) cell { return cell{text: s} }
 
 // table lays out rows of cells in columns two spaces apart, right-aligned
 // except those in left, widths measured on the text alone (colour codes are
-// added after), and every line cut at width columns (0: never cut).
+// added after), and every line cut at width columns (0: never cut). A row
+// of one cell in a table of more columns is a heading drawn across it.
 type table struct {
 	left map[int]bool // columns aligned left
 	rows [][]cell
@@ -115,7 +116,14 @@ func (t *table) add(cells ...cell) { t.rows = append(t.rows, cells) }
 // write draws the table; without color no escape code is written.
 func (t *table) write(w io.Writer, width int, color bool) error {
 	var widths []int
+	cols := 0
 	for _, r := range t.rows {
+		cols = max(cols, len(r))
+	}
+	for _, r := range t.rows {
+		if len(r) == 1 && cols > 1 {
+			continue // a heading or a note across the table: not a column
+		}
 		for i, c := range r {
 			if i >= len(widths) {
 				widths = append(widths, 0)
@@ -126,6 +134,11 @@ func (t *table) write(w io.Writer, width int, color bool) error {
 	var b strings.Builder
 	for _, r := range t.rows {
 		var l line
+		if len(r) == 1 && cols > 1 {
+			l.add(r[0])
+			l.write(&b, width, color)
+			continue
+		}
 		for i, c := range r {
 			if i > 0 {
 				l.add(plain("  "))

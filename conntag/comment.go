@@ -10,11 +10,15 @@ import (
 type Format int
 
 const (
-	// FormatConnTag writes "/* conn_tag:NAME */ " before the statement,
-	// after any leading comments the application wrote itself (ProxySQL
-	// reads key=value annotations from the first comment only, so the
-	// application's must stay first). Static attributes follow NAME as
-	// space-separated key:value pairs. The default.
+	// FormatConnTag writes " /* conn_tag:NAME */" at the end of the
+	// statement: after its last keyword or value, before a final ';' and
+	// before any comments that end it (on a new line after a statement that
+	// ends in a -- or # comment). Never in front: ProxySQL recognises
+	// statements by how they begin (SET, user variables, …) and with
+	// mysql-query_digests_keep_comment=true a leading comment hides that; a
+	// leading ProxySQL annotation (/* hostgroup=2 */) stays first and
+	// untouched. Static attributes follow NAME as space-separated key:value
+	// pairs. The default.
 	FormatConnTag Format = iota
 	// FormatSQLCommenter appends "/*conn_tag='NAME',key='value'*/" in the
 	// sqlcommenter form (keys sorted, values URL-encoded), for tools that
@@ -48,7 +52,7 @@ func (c commenter) comment(tag string) string {
 	var b strings.Builder
 	switch c.format {
 	case FormatConnTag:
-		b.WriteString("/* conn_tag:")
+		b.WriteString(" /* conn_tag:")
 		b.WriteString(tag)
 		for _, kv := range c.static {
 			b.WriteByte(' ')
@@ -56,7 +60,7 @@ func (c commenter) comment(tag string) string {
 			b.WriteByte(':')
 			b.WriteString(kv.value)
 		}
-		b.WriteString(" */ ")
+		b.WriteString(" */")
 	case FormatSQLCommenter:
 		pairs := append([]keyValue{{"conn_tag", tag}}, c.static...)
 		sort.Slice(pairs, func(i, j int) bool { return pairs[i].key < pairs[j].key })
@@ -80,31 +84,35 @@ func (c commenter) inject(query, comment string) string {
 	if c.format != FormatConnTag {
 		return c.append(query, comment)
 	}
-	at, tagged := insertPoint(query)
-	return insertAt(query, comment, at, tagged)
+	return insertTail(query, comment, tailPoint(query))
 }
 
-// injectOp is inject that also returns the statement's operation, so that
-// the statement is scanned once. Only the measuring path needs the
-// operation; inject does not pay for it.
+// injectOp is inject that also returns the statement's operation. Only the
+// measuring path needs the operation; inject does not pay for it.
 func (c commenter) injectOp(query, comment string) (string, op) {
 	if c.format != FormatConnTag {
 		return c.append(query, comment), operationOf(query)
 	}
-	at, tagged := insertPoint(query)
-	return insertAt(query, comment, at, tagged), operationAt(query, at)
+	return insertTail(query, comment, tailPoint(query)), operationOf(query)
 }
 
-// insertAt puts comment at offset at, unless the statement is tagged
-// already (one concatenation: one allocation).
-func insertAt(query, comment string, at int, tagged bool) string {
+// insertTail puts comment (" /* conn_tag:… */") where tailPoint says (one
+// concatenation: one allocation). After a '-' the comment goes without its
+// space: "-- " would start a line comment that swallows the tag.
+func insertTail(query, comment string, t tail) string {
 	switch {
-	case tagged:
+	case t.skip:
 		return query
-	case at == 0:
-		return comment + query
+	case t.newline:
+		return query + "\n" + comment[1:]
+	case t.at > 0 && query[t.at-1] == '-':
+		comment = comment[1:]
 	}
-	return query[:at] + comment + query[at:]
+	switch {
+	case t.at == len(query):
+		return query + comment
+	}
+	return query[:t.at] + comment + query[t.at:]
 }
 
 // append writes the sqlcommenter form, or leaves the query alone.
@@ -137,6 +145,104 @@ func (c commenter) append(query, comment string) string {
 func InjectTag(query, tag string) string {
 	c := commenter{format: FormatConnTag}
 	return c.inject(query, c.comment(SanitizeTag(tag)))
+}
+
+// tail is where the tag comment goes in a statement.
+type tail struct {
+	at      int  // offset: the end, or before a final ';'
+	newline bool // append on a new line: the statement ends in a line comment
+	skip    bool // leave the statement alone
+	tagged  bool // the statement has a conn_tag comment already (skip is set)
+}
+
+// tailPoint lexes q (strings, quoted identifiers, comments) to find where
+// the tag goes: at the end of the text, so that it is the last comment
+// (what the collector reads), on a new line when q ends inside a -- or #
+// comment; but before a ';' that is the statement's last code byte (an
+// executable comment /*!…*/, /*M!…*/ or an optimizer hint /*+…*/ is code). skip is set when q
+// already has a conn_tag comment (a caller who tagged by hand keeps their
+// tag), when q has no code at all, and when q ends inside a string, a quoted
+// identifier or an unterminated comment (invalid text the server must see as
+// it was written: a tag there would become part of the literal). With
+// NO_BACKSLASH_ESCAPES a backslash ending a string reads as an escape here:
+// the safe side, the statement is left untagged.
+func tailPoint(q string) tail {
+	end := -1    // offset after the last code byte
+	semi := -1   // offset of a ';' that is the last code byte
+	codeEnd := 0 // offset after the token before that ';'
+	tokEnd := 0  // offset after the last token (code or comment)
+	inLine := false
+	for i := 0; i < len(q); {
+		c := q[i]
+		switch {
+		case isSpace(c):
+			i++
+		case c == '\'' || c == '"' || c == '`':
+			j := i + 1
+			for {
+				if j >= len(q) {
+					return tail{skip: true}
+				}
+				if q[j] == '\\' && c != '`' {
+					j += 2
+					continue
+				}
+				if q[j] == c {
+					if j+1 < len(q) && q[j+1] == c { // a doubled quote
+						j += 2
+						continue
+					}
+					break
+				}
+				j++
+			}
+			i = j + 1
+			end, semi, inLine, tokEnd = i, -1, false, i
+		case c == '/' && i+1 < len(q) && q[i+1] == '*':
+			n := strings.Index(q[i+2:], "*/")
+			if n < 0 {
+				return tail{skip: true}
+			}
+			body := q[i+2 : i+2+n]
+			i += 2 + n + 2
+			switch {
+			case strings.HasPrefix(body, "!") || strings.HasPrefix(body, "+") || strings.HasPrefix(body, "M!"):
+				end, semi = i, -1
+			case strings.HasPrefix(body, " conn_tag:") || strings.HasPrefix(body, "conn_tag:"):
+				return tail{skip: true, tagged: true}
+			}
+			inLine, tokEnd = false, i
+		case c == '#' || c == '-' && i+1 < len(q) && q[i+1] == '-' && (i+2 == len(q) || q[i+2] <= ' '):
+			nl := strings.IndexByte(q[i:], '\n')
+			if nl < 0 {
+				inLine = true
+				i = len(q)
+				continue
+			}
+			i += nl + 1
+			inLine, tokEnd = false, i
+		default:
+			semi = -1
+			if c == ';' {
+				semi, codeEnd = i, tokEnd
+			}
+			i++
+			end, inLine, tokEnd = i, false, i
+		}
+	}
+	switch {
+	case end < 0:
+		return tail{skip: true}
+	case semi >= 0:
+		at := semi
+		for at > codeEnd && isSpace(q[at-1]) {
+			at--
+		}
+		return tail{at: at}
+	case inLine:
+		return tail{newline: true}
+	}
+	return tail{at: len(q)}
 }
 
 func isSpace(c byte) bool {

@@ -73,15 +73,15 @@ func TestServerReceivesTaggedText(t *testing.T) {
 
 	seen := strings.Join(f.statementsSeen(t), "\n")
 	for _, want := range []string{
-		"/* conn_tag:setup */ CREATE TABLE items",
-		"/* conn_tag:exec_tag */ INSERT INTO items VALUES (1, 'a')",
-		"/* conn_tag:exec_args */ INSERT INTO items VALUES (?, ?)",
-		"/* conn_tag:query_tag */ SELECT name FROM items WHERE id = 1",
-		"/* conn_tag:prepared_tag */ SELECT name FROM items WHERE id = ?",
-		"/* conn_tag:tx_tag */ UPDATE items SET name = 'c'",
-		"/* conn_tag:dbconn_tag */ DELETE FROM items",
-		"/* conn_tag:library_tag */ SELECT COUNT(*) FROM items",
-		"/* conn_tag:untagged */ UPDATE items SET name = 'd'",
+		"CREATE TABLE items (id INT PRIMARY KEY, name VARCHAR(20)) /* conn_tag:setup */",
+		"INSERT INTO items VALUES (1, 'a') /* conn_tag:exec_tag */",
+		"INSERT INTO items VALUES (?, ?) /* conn_tag:exec_args */",
+		"SELECT name FROM items WHERE id = 1 /* conn_tag:query_tag */",
+		"SELECT name FROM items WHERE id = ? /* conn_tag:prepared_tag */",
+		"UPDATE items SET name = 'c' WHERE id = 1 /* conn_tag:tx_tag */",
+		"DELETE FROM items WHERE id = 99 /* conn_tag:dbconn_tag */",
+		"SELECT COUNT(*) FROM items WHERE id > ? /* conn_tag:library_tag */",
+		"UPDATE items SET name = 'd' WHERE id = 2 /* conn_tag:untagged */",
 	} {
 		if !strings.Contains(seen, want) {
 			t.Errorf("server did not see %q; it saw:\n%s", want, seen)

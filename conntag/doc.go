@@ -11,7 +11,7 @@
 //	db, err := conntag.Open("mysql", dsn)
 //	...
 //	ctx = conntag.WithTag(ctx, "checkout_completion")
-//	db.QueryContext(ctx, "SELECT ...") // sent as /* conn_tag:checkout_completion */ SELECT ...
+//	db.QueryContext(ctx, "SELECT ...") // sent as SELECT ... /* conn_tag:checkout_completion */
 //
 // A context without a tag uses the default tag, "untagged" (WithDefaultTag).
 // Tags are sanitised once, in WithTag: [A-Za-z0-9_.:-], at most 64 bytes;
@@ -20,14 +20,34 @@
 //
 // # Statement text
 //
-// The tag goes after any comments the statement already starts with
-// (ProxySQL reads key=value annotations from the first comment only) and
-// before the first keyword; executable comments (/*!…*/) and optimizer hints
-// stay where they are. A statement that already starts with a conn_tag
-// comment is left alone. WithFormat(FormatSQLCommenter) appends the
-// sqlcommenter form instead, and, as that specification requires, leaves a
-// statement that already contains a comment untouched; WithStaticAttributes
-// adds fixed key/values.
+// The tag goes at the end of the statement: " /* conn_tag:NAME */" after its
+// last token, before a final ';', on a new line when the statement ends in a
+// -- or # comment. Never in front, so the tag can never change what ProxySQL
+// does: ProxySQL decides how to treat a statement partly from how its text
+// begins, and with mysql-query_digests_keep_comment=true a leading comment
+// hides that. Measured against ProxySQL 2.7.1 (TestProxySQLSeesTagsAsUntagged):
+// with a leading tag, CREATE TEMPORARY TABLE no longer kept the session on
+// its backend, so the next statement could reach another backend without the
+// table; with the tag at the end, every multiplexing-disabling statement
+// tried (SET @x, SET SESSION, GET_LOCK, temporary tables, LAST_INSERT_ID(),
+// FOUND_ROWS(), SET autocommit=0, BEGIN) pins or releases the backend
+// exactly as its untagged text does, with keep_comment on and off. A leading
+// ProxySQL annotation (/* hostgroup=2 */, read from the first comment only)
+// stays first and untouched. A statement that already has a conn_tag comment
+// is left alone, and so is text that ends inside a string or an unterminated
+// comment (invalid; the server must see it as written).
+//
+// A tag at the end is cut off where a layer truncates statement text:
+// performance_schema keeps the first performance_schema_max_sql_text_length
+// bytes (1024 by default), ProxySQL's digest text the first
+// mysql-query_digests_max_digest_length (2048). Statements longer than that
+// show as untagged in those sources; the collector's other sources, and
+// conntag's own metrics, still have them. Older conntag versions put the tag
+// in front; the collector reads both forms.
+//
+// WithFormat(FormatSQLCommenter) appends the sqlcommenter form instead, and,
+// as that specification requires, leaves a statement that already contains
+// a comment untouched; WithStaticAttributes adds fixed key/values.
 //
 // Prepared statements carry the tag of the context that prepared them: the
 // text is fixed at prepare time. A *sql.Stmt prepared on a *sql.DB is

@@ -55,7 +55,7 @@ func ExampleOpen() {
 		log.Fatal(err)
 	}
 	fmt.Println(text)
-	// Output: /* conn_tag:checkout_completion */ SELECT INFO FROM information_schema.PROCESSLIST WHERE ID = CONNECTION_ID()
+	// Output: SELECT INFO FROM information_schema.PROCESSLIST WHERE ID = CONNECTION_ID() /* conn_tag:checkout_completion */
 }
 
 // Prometheus in a few lines: an OpenTelemetry Prometheus exporter on your

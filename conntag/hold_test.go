@@ -327,7 +327,7 @@ func TestWithoutMetricsStillTags(t *testing.T) {
 	if _, err := f.db.ExecContext(WithTag(context.Background(), "plain"), "SELECT 1"); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(strings.Join(f.statementsSeen(t), "\n"), "/* conn_tag:plain */ SELECT 1") {
+	if !strings.Contains(strings.Join(f.statementsSeen(t), "\n"), "SELECT 1 /* conn_tag:plain */") {
 		t.Error("statement not tagged with metrics off")
 	}
 	if m := f.metrics(t); len(m) != 0 {

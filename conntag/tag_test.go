@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/holdtime/holdtime/collector"
 )
 
 var sanitizeCases = []struct{ in, want string }{
@@ -43,20 +45,37 @@ func TestWithTagNestedReplaces(t *testing.T) {
 }
 
 var injectCases = []struct{ in, want string }{
-	{"SELECT 1", "/* conn_tag:t */ SELECT 1"},
-	{"  SELECT 1", "  /* conn_tag:t */ SELECT 1"},
-	{"/* hostgroup=2 */ SELECT 1", "/* hostgroup=2 */ /* conn_tag:t */ SELECT 1"},
-	{"/* a */ /* b */SELECT 1", "/* a */ /* b *//* conn_tag:t */ SELECT 1"},
-	{"-- note\nSELECT 1", "-- note\n/* conn_tag:t */ SELECT 1"},
-	{"# note\nSELECT 1", "# note\n/* conn_tag:t */ SELECT 1"},
-	{"--1\nSELECT 1", "/* conn_tag:t */ --1\nSELECT 1"},
-	{"/*!40101 SET NAMES utf8 */", "/* conn_tag:t */ /*!40101 SET NAMES utf8 */"},
-	{"/*M!100000 SELECT 1 */", "/* conn_tag:t */ /*M!100000 SELECT 1 */"},
-	{"SELECT /*+ MAX_EXECUTION_TIME(10) */ 1", "/* conn_tag:t */ SELECT /*+ MAX_EXECUTION_TIME(10) */ 1"},
-	{"/* unterminated SELECT 1", "/* conn_tag:t */ /* unterminated SELECT 1"},
+	{"SELECT 1", "SELECT 1 /* conn_tag:t */"},
+	{"  SELECT 1  ", "  SELECT 1   /* conn_tag:t */"},
+	{"SET @x = 1", "SET @x = 1 /* conn_tag:t */"},
+	{"SELECT 1;", "SELECT 1 /* conn_tag:t */;"},
+	{"SELECT 1 ;\n", "SELECT 1 /* conn_tag:t */ ;\n"},
+	{"SELECT 1; /* after */", "SELECT 1 /* conn_tag:t */; /* after */"},
+	{"/* hostgroup=2 */ SELECT 1", "/* hostgroup=2 */ SELECT 1 /* conn_tag:t */"},
+	{"/* a */ /* b */SELECT 1", "/* a */ /* b */SELECT 1 /* conn_tag:t */"},
+	{"-- note\nSELECT 1", "-- note\nSELECT 1 /* conn_tag:t */"},
+	{"SELECT 1 -- note", "SELECT 1 -- note\n/* conn_tag:t */"},
+	{"SELECT 1 # note", "SELECT 1 # note\n/* conn_tag:t */"},
+	{"SELECT 1 --1", "SELECT 1 --1 /* conn_tag:t */"},
+	{"SELECT 1--", "SELECT 1--\n/* conn_tag:t */"},
+	{"SELECT 1-;", "SELECT 1-/* conn_tag:t */;"},
+	{"SELECT 1 /* app note */", "SELECT 1 /* app note */ /* conn_tag:t */"},
+	{"SELECT ';' AS s", "SELECT ';' AS s /* conn_tag:t */"},
+	{"SELECT 'it''s', \"a\\\"b\", `x``y` FROM t", "SELECT 'it''s', \"a\\\"b\", `x``y` FROM t /* conn_tag:t */"},
+	{"SELECT '-- not a comment'", "SELECT '-- not a comment' /* conn_tag:t */"},
+	{"SELECT '/* conn_tag:literal */'", "SELECT '/* conn_tag:literal */' /* conn_tag:t */"},
+	{"/*!40101 SET NAMES utf8 */", "/*!40101 SET NAMES utf8 */ /* conn_tag:t */"},
+	{"/*!40101 SET NAMES utf8 */;", "/*!40101 SET NAMES utf8 */ /* conn_tag:t */;"},
+	{"SELECT /*+ MAX_EXECUTION_TIME(10) */ 1", "SELECT /*+ MAX_EXECUTION_TIME(10) */ 1 /* conn_tag:t */"},
+	{"SELECT 1 /* conn_tag:mine */", "SELECT 1 /* conn_tag:mine */"},
 	{"/* conn_tag:mine */ SELECT 1", "/* conn_tag:mine */ SELECT 1"},
-	{"", "/* conn_tag:t */ "},
-	{"-- only a comment", "/* conn_tag:t */ -- only a comment"},
+	// Invalid or empty text is sent as written.
+	{"SELECT 'unterminated", "SELECT 'unterminated"},
+	{"SELECT 1 /* unterminated", "SELECT 1 /* unterminated"},
+	{"/* unterminated SELECT 1", "/* unterminated SELECT 1"},
+	{"", ""},
+	{"   ", "   "},
+	{"-- only a comment", "-- only a comment"},
 }
 
 func TestInjectTag(t *testing.T) {
@@ -70,7 +89,7 @@ func TestInjectTag(t *testing.T) {
 func TestCommentFormats(t *testing.T) {
 	static := map[string]string{"service": "checkout", "route": "/cart"}
 	c := newCommenter(FormatConnTag, static)
-	if got := c.inject("SELECT 1", c.comment("t")); got != "/* conn_tag:t route:_cart service:checkout */ SELECT 1" {
+	if got := c.inject("SELECT 1", c.comment("t")); got != "SELECT 1 /* conn_tag:t route:_cart service:checkout */" {
 		t.Errorf("conn_tag with static attributes: %q", got)
 	}
 	s := newCommenter(FormatSQLCommenter, static)
@@ -126,25 +145,43 @@ func checkSingleComment(t *testing.T, query, tag string) {
 	}
 	got := InjectTag(query, tag)
 	if got == query {
-		// Only a statement that already leads with a conn_tag comment is
-		// left alone.
-		if at, tagged := insertPoint(query); !tagged {
-			t.Fatalf("InjectTag(%q) added nothing (insert point %d)", query, at)
+		// Only a statement that has a conn_tag comment already, or that has
+		// no code or ends inside a literal or comment, is left alone.
+		if tp := tailPoint(query); !tp.skip {
+			t.Fatalf("InjectTag(%q) added nothing (tail %+v)", query, tp)
 		}
 		return
 	}
-	comment := "/* conn_tag:" + clean + " */ "
+	comment := " /* conn_tag:" + clean + " */"
 	at := strings.Index(got, comment)
+	for _, lead := range []string{"\n", ""} {
+		if at < 0 {
+			comment = lead + comment[strings.IndexByte(comment, '/'):]
+			at = strings.Index(got, comment)
+		}
+	}
 	if at < 0 || len(got) != len(query)+len(comment) || got[:at]+got[at+len(comment):] != query {
 		t.Fatalf("InjectTag(%q, %q) = %q: not the query with one comment inserted", query, tag, got)
 	}
-	inner := comment[2 : len(comment)-3]
+	inner := comment[3 : len(comment)-2]
 	if strings.Contains(inner, "*/") || strings.Contains(inner, "/*") || strings.Contains(inner, "@") {
 		t.Fatalf("comment %q can end early or disable multiplexing", comment)
 	}
-	// Everything before the comment is whitespace and complete comments.
-	if p, _ := insertPoint(query[:at] + "x"); p != at && at != 0 {
-		t.Fatalf("InjectTag(%q) put the comment at %d, inside a leading comment", query, at)
+	// The comment is statement-level: not inside a literal or a comment.
+	if tp := tailPoint(got); !tp.tagged {
+		t.Fatalf("InjectTag(%q) = %q: the tag is inside a literal or a comment", query, got)
+	}
+	// Nothing but a final ';' and whitespace or comments follows it, and the
+	// start of the statement is untouched.
+	if rest := strings.TrimLeft(got[at+len(comment):], " \t\r\n\f\v"); rest != "" && rest[0] != ';' {
+		t.Fatalf("InjectTag(%q) = %q: the tag is not at the end", query, got)
+	}
+	// The collector reads it back, unless the statement leads with another
+	// conn_tag-looking comment or continues after its final ';'.
+	if _, lead := collector.ParseTag(query); !lead {
+		if back, ok := collector.ParseTag(got); (!ok || back != clean) && !strings.Contains(got[at:], ";") {
+			t.Fatalf("collector.ParseTag(%q) = %q, %v; want %q", got, back, ok, clean)
+		}
 	}
 }
 

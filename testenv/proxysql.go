@@ -39,11 +39,17 @@ type ProxySQLOptions struct {
 	// could change. Default: "holdtime_stats" with a random password.
 	StatsUser string
 	StatsPass string
+	// DigestsDropComments sets mysql-query_digests_keep_comment=false,
+	// ProxySQL's own default: digests (and the checks ProxySQL runs on
+	// them) without comments. Default false: comments kept, as the
+	// collector's digest source needs.
+	DigestsDropComments bool
 }
 
 // ProxySQL is a running throwaway ProxySQL in front of a test server, with
-// mysql-query_digests_keep_comment=true, mysql-show_processlist_extended=2
-// and a JSON events log of every query (mysql-eventslog_format=2).
+// mysql-query_digests_keep_comment=true (unless DigestsDropComments),
+// mysql-show_processlist_extended=2 and a JSON events log of every query
+// (mysql-eventslog_format=2).
 type ProxySQL struct {
 	AppAddr   string // the MySQL interface apps connect to
 	AdminAddr string // the admin interface (stats tables)
@@ -108,7 +114,7 @@ mysql_variables=
 	monitor_enabled=false
 	poll_timeout=2000
 	query_digests=true
-	query_digests_keep_comment=true
+	query_digests_keep_comment={{.KeepComment}}
 	show_processlist_extended=2
 	eventslog_filename="{{.EventsLog}}"
 	eventslog_format=2
@@ -209,6 +215,7 @@ func StartProxySQL(ctx context.Context, opts ProxySQLOptions) (_ *ProxySQL, err 
 		"Dir": dir, "AdminUser": p.AdminUser, "AdminPass": p.AdminPass, "AdminAddr": p.AdminAddr,
 		"StatsUser": p.StatsUser, "StatsPass": p.StatsPass,
 		"AppAddr": p.AppAddr, "Threads": cmp.Or(opts.Threads, 2), "EventsLog": p.EventsLog,
+		"KeepComment": !opts.DigestsDropComments,
 		"BackendHost": host, "BackendPort": port, "AppUser": p.AppUser, "AppPass": p.AppPass, "Schema": opts.Schema,
 	})
 	if cerr := f.Close(); err == nil {

@@ -30,6 +30,10 @@ var durationBuckets = []float64{.0005, .001, .002, .005, .01, .02, .05, .1, .2, 
 
 // metrics are the engine's instruments. Every name is listed in doc.go.
 type metrics struct {
+	// off: no MeterProvider was given. Every method returns at once, so
+	// the default engine pays nothing for metrics (a no-op provider would
+	// still cost the attribute sets of every call).
+	off      bool
 	strategy attribute.KeyValue
 
 	operations  metric.Int64Counter        // holdtime.reservation.operations
@@ -45,10 +49,11 @@ type metrics struct {
 }
 
 func newMetrics(mp metric.MeterProvider, strategy Strategy, depth func() int64) (*metrics, error) {
-	if mp == nil {
+	off := mp == nil
+	if off {
 		mp = noop.NewMeterProvider()
 	}
-	m := &metrics{strategy: attribute.String("strategy", string(strategy))}
+	m := &metrics{off: off, strategy: attribute.String("strategy", string(strategy))}
 	meter := mp.Meter(meterName)
 	var errs []error
 	counter := func(name, unit, desc string) metric.Int64Counter {
@@ -120,6 +125,9 @@ func outcome(err error) string {
 }
 
 func (m *metrics) op(ctx context.Context, op string, start time.Time, err error) {
+	if m.off {
+		return
+	}
 	attrs := metric.WithAttributes(m.strategy, attribute.String("operation", op), attribute.String("outcome", outcome(err)))
 	m.operations.Add(ctx, 1, attrs)
 	i := 0
@@ -149,11 +157,17 @@ func retryReason(err error) string {
 }
 
 func (m *metrics) retry(ctx context.Context, op string, err error) {
+	if m.off {
+		return
+	}
 	m.retries.Add(ctx, 1, metric.WithAttributes(m.strategy, attribute.String("operation", op),
 		attribute.String("reason", retryReason(err))))
 }
 
 func (m *metrics) shortRead(ctx context.Context, short []int64) {
+	if m.off {
+		return
+	}
 	var n int64
 	for _, s := range short {
 		n += s
@@ -163,25 +177,40 @@ func (m *metrics) shortRead(ctx context.Context, short []int64) {
 }
 
 func (m *metrics) refilledUnits(ctx context.Context, units int64) {
+	if m.off {
+		return
+	}
 	m.refilled.Add(ctx, units, metric.WithAttributes(m.strategy))
 }
 
 func (m *metrics) refillWait(ctx context.Context, d time.Duration) {
+	if m.off {
+		return
+	}
 	m.refills.Add(ctx, 1, metric.WithAttributes(m.strategy, attribute.String("mode", "inline")))
 	m.refillWaits.Record(ctx, d.Seconds(), metric.WithAttributes(m.strategy))
 }
 
 func (m *metrics) backgroundRefill(ctx context.Context) {
+	if m.off {
+		return
+	}
 	m.refills.Add(ctx, 1, metric.WithAttributes(m.strategy, attribute.String("mode", "background")))
 }
 
 func (m *metrics) pruned(ctx context.Context, n int) {
+	if m.off {
+		return
+	}
 	if n > 0 {
 		m.prunes.Add(ctx, int64(n), metric.WithAttributes(m.strategy))
 	}
 }
 
 func (m *metrics) expired(ctx context.Context, n int) {
+	if m.off {
+		return
+	}
 	if n > 0 {
 		m.expiries.Add(ctx, int64(n), metric.WithAttributes(m.strategy))
 	}

@@ -79,8 +79,43 @@ type Config struct {
 	// AfterStock, when set, runs once the items are stocked, before the
 	// first buyer (to take the snapshot a Redis restart comes back with).
 	AfterStock func(ctx context.Context) error
+	// Events run during the sale, each when a share of the buyers has
+	// started (in a goroutine of their own: buyers do not wait). They
+	// divide the report into phases. Restarts adds its own.
+	Events []Event
+	// ShopIDs are the shops selling, lowest volume first: the i-th of n
+	// gets (i+1)/(n(n+1)/2) of the buyers, and each stocks every item.
+	// Default: one shop of its own (a fresh id).
+	ShopIDs []uint64
+	// Outcome, when set, is called once per buyer whose reserve succeeded,
+	// at the end of its checkout: paid is whether its claim succeeded.
+	Outcome func(shopID uint64, reservationID string, lines []reservation.ReservedLine, paid bool)
 	// Progress, when set, is called after each buyer with the count done.
 	Progress func(done, total int)
+}
+
+// Event is something done during a sale.
+type Event struct {
+	At   float64 // the share of buyers started when it runs, within (0, 1)
+	Name string
+	Do   func(ctx context.Context) error
+}
+
+// Phase is the part of a sale from one event to the next.
+type Phase struct {
+	Name       string // the event that began it; "start" for the first
+	Buyers     int64
+	Reserves   int64
+	Elapsed    time.Duration
+	Throughput float64 // reserves per second
+	// Counters are the backend's counters (Counting) during the phase, such
+	// as a migration's mismatches by kind.
+	Counters map[string]int64
+}
+
+// Counting is a Backend that counts things worth a column per phase.
+type Counting interface {
+	Counters() map[string]int64
 }
 
 // Report is what a sale did.
@@ -109,6 +144,8 @@ type Report struct {
 	// driven again; Restarts how many restarts ran; LostHolds the paid
 	// buyers whose hold the backend no longer knew (lost by a restart).
 	KilledClaims, Restarts, LostHolds int64
+	// Phases divide the sale at its events (one phase without events).
+	Phases []Phase
 }
 
 func (c Config) withDefaults() (Config, error) {
@@ -135,6 +172,16 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Restarts < 0 || (c.Restarts > 0 && c.Restart == nil) {
 		return c, fmt.Errorf("flashsale: Restarts %d needs a Restart function (and cannot be negative)", c.Restarts)
 	}
+	for _, ev := range c.Events {
+		if ev.At <= 0 || ev.At >= 1 || ev.Do == nil {
+			return c, fmt.Errorf("flashsale: event %q needs At within (0, 1) and Do", ev.Name)
+		}
+	}
+	c.Events = slices.Clone(c.Events)
+	for k := 1; k <= c.Restarts; k++ {
+		c.Events = append(c.Events, Event{At: float64(k) / float64(c.Restarts+1), Name: "restart", Do: c.Restart})
+	}
+	slices.SortStableFunc(c.Events, func(a, b Event) int { return cmp.Compare(a.At, b.At) })
 	for name, n := range map[string]int64{"Buyers": int64(c.Buyers), "Concurrency": int64(c.Concurrency),
 		"Items": int64(c.Items), "Locations": int64(c.Locations), "Stock": c.Stock, "CartSize": int64(c.CartSize)} {
 		if n < 1 {
@@ -209,14 +256,19 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		}
 		b = EngineBackend(e, cfg.DB)
 	}
-	shop := uint64(time.Now().UnixNano())
+	shops := cfg.ShopIDs
+	if len(shops) == 0 {
+		shops = []uint64{uint64(time.Now().UnixNano())}
+	}
 	var keys []reservation.ItemKey
-	for item := range cfg.Items {
-		for loc := range cfg.Locations {
-			k := reservation.ItemKey{ShopID: shop, ItemID: uint64(item + 1), GroupID: uint64(loc + 1)}
-			keys = append(keys, k)
-			if err := b.Receive(ctx, k, cfg.Stock); err != nil {
-				return Report{}, err
+	for _, shop := range shops {
+		for item := range cfg.Items {
+			for loc := range cfg.Locations {
+				k := reservation.ItemKey{ShopID: shop, ItemID: uint64(item + 1), GroupID: uint64(loc + 1)}
+				keys = append(keys, k)
+				if err := b.Receive(ctx, k, cfg.Stock); err != nil {
+					return Report{}, err
+				}
 			}
 		}
 	}
@@ -238,14 +290,24 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	}
 	defer stop()
 
-	s := &sale{cfg: cfg, b: b, shop: shop, latencies: make([]time.Duration, cfg.Buyers), paid: map[reservation.ItemKey]int64{}}
-	var restarts sync.WaitGroup
-	defer restarts.Wait()
-	restartAt := map[int]bool{}
-	for k := 1; k <= cfg.Restarts; k++ {
-		restartAt[k*cfg.Buyers/(cfg.Restarts+1)] = true
+	s := &sale{cfg: cfg, b: b, shops: shops, latencies: make([]time.Duration, cfg.Buyers), paid: map[reservation.ItemKey]int64{},
+		phaseOf: make([]int, cfg.Buyers), phaseStart: make([]time.Time, len(cfg.Events)+1),
+		phaseCounters: make([]map[string]int64, len(cfg.Events)+1)}
+	var events sync.WaitGroup
+	defer events.Wait()
+	eventAt := map[int][]int{} // buyer -> the events it starts
+	for i, ev := range cfg.Events {
+		at := min(cfg.Buyers-1, max(1, int(ev.At*float64(cfg.Buyers))))
+		eventAt[at] = append(eventAt[at], i)
+	}
+	phase := 0
+	for b := range cfg.Buyers {
+		phase += len(eventAt[b])
+		s.phaseOf[b] = phase
 	}
 	start := time.Now()
+	s.phaseStart[0] = start
+	s.phaseCounters[0] = counters(b)
 	var deadline time.Time
 	if cfg.Duration > 0 {
 		deadline = start.Add(cfg.Duration)
@@ -263,14 +325,20 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 					return
 				}
 				s.started.Add(1)
-				if restartAt[b] {
-					// This buyer starts the next k/(Restarts+1) of the sale.
-					restarts.Go(func() {
-						if err := cfg.Restart(ctx); err != nil {
-							s.restartErr.Store(&err)
+				for _, i := range eventAt[b] {
+					// This buyer starts the phase that follows event i.
+					s.phaseStart[i+1] = time.Now()
+					s.phaseCounters[i+1] = counters(s.b)
+					ev := cfg.Events[i]
+					events.Go(func() {
+						if err := ev.Do(ctx); err != nil {
+							err = fmt.Errorf("%s: %w", ev.Name, err)
+							s.eventErr.Store(&err)
 							return
 						}
-						s.restarts.Add(1)
+						if ev.Name == "restart" {
+							s.restarts.Add(1)
+						}
 					})
 				}
 				s.buy(ctx, b)
@@ -282,9 +350,11 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
-	restarts.Wait()
-	if p := s.restartErr.Load(); p != nil {
-		return Report{}, fmt.Errorf("flashsale: restart: %w", *p)
+	end := time.Now()
+	endCounters := counters(b)
+	events.Wait()
+	if p := s.eventErr.Load(); p != nil {
+		return Report{}, fmt.Errorf("flashsale: event %w", *p)
 	}
 	// The audit reads the books at rest: Run's sweeper and refiller must not
 	// move units under it.
@@ -295,27 +365,80 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	if _, err := b.ExpireDue(ctx); err != nil {
 		return Report{}, err
 	}
-	return s.report(ctx, keys, elapsed)
+	r, err := s.report(ctx, keys, elapsed)
+	r.Phases = s.phases(end, endCounters)
+	return r, err
+}
+
+// counters reads a Counting backend's counters (nil otherwise).
+func counters(b Backend) map[string]int64 {
+	if c, ok := b.(Counting); ok {
+		return c.Counters()
+	}
+	return nil
+}
+
+func (s *sale) phases(end time.Time, endCounters map[string]int64) []Phase {
+	out := make([]Phase, len(s.phaseStart))
+	for i := range out {
+		out[i].Name = "start"
+		if i > 0 {
+			out[i].Name = s.cfg.Events[i-1].Name
+		}
+	}
+	for b, ph := range s.phaseOf[:min(len(s.phaseOf), int(s.started.Load()))] {
+		out[ph].Buyers++
+		if s.latencies[b] > 0 {
+			out[ph].Reserves++
+		}
+	}
+	for i := range out {
+		stop := end
+		if i+1 < len(out) && !s.phaseStart[i+1].IsZero() {
+			stop = s.phaseStart[i+1]
+		}
+		if s.phaseStart[i].IsZero() {
+			continue // never reached (Duration ran out)
+		}
+		out[i].Elapsed = stop.Sub(s.phaseStart[i])
+		if out[i].Elapsed > 0 {
+			out[i].Throughput = float64(out[i].Reserves) / out[i].Elapsed.Seconds()
+		}
+		next := endCounters
+		if i+1 < len(out) && s.phaseCounters[i+1] != nil {
+			next = s.phaseCounters[i+1]
+		}
+		if next != nil {
+			out[i].Counters = map[string]int64{}
+			for k, v := range next {
+				out[i].Counters[k] = v - s.phaseCounters[i][k]
+			}
+		}
+	}
+	return out
 }
 
 type sale struct {
-	cfg        Config
-	b          Backend
-	shop       uint64
-	done       atomic.Int64
-	started    atomic.Int64
-	reserves   atomic.Int64
-	claimed    atomic.Int64
-	soldOut    atomic.Int64
-	abandoned  atomic.Int64
-	failed     atomic.Int64
-	latencies  []time.Duration // by buyer; 0 when the reserve failed
-	killed     atomic.Int64
-	lostHolds  atomic.Int64
-	restarts   atomic.Int64
-	restartErr atomic.Pointer[error]
-	mu         sync.Mutex
-	paid       map[reservation.ItemKey]int64 // units per item/group whose claim succeeded
+	cfg           Config
+	b             Backend
+	shops         []uint64
+	done          atomic.Int64
+	started       atomic.Int64
+	reserves      atomic.Int64
+	claimed       atomic.Int64
+	soldOut       atomic.Int64
+	abandoned     atomic.Int64
+	failed        atomic.Int64
+	latencies     []time.Duration // by buyer; 0 when the reserve failed
+	killed        atomic.Int64
+	lostHolds     atomic.Int64
+	restarts      atomic.Int64
+	eventErr      atomic.Pointer[error]
+	phaseOf       []int       // by buyer
+	phaseStart    []time.Time // written by the buyer that starts the phase, read after the sale
+	phaseCounters []map[string]int64
+	mu            sync.Mutex
+	paid          map[reservation.ItemKey]int64 // units per item/group whose claim succeeded
 }
 
 // attempts bounds how often a buyer retries a call that failed with an
@@ -324,7 +447,7 @@ const attempts = 50
 
 func (s *sale) buy(ctx context.Context, b int) {
 	cfg := s.cfg
-	p := reservation.ReserveParams{ShopID: s.shop, ReservationID: fmt.Sprintf("buyer-%d", b)}
+	p := reservation.ReserveParams{ShopID: s.pickShop(), ReservationID: fmt.Sprintf("buyer-%d", b)}
 	groups := make([]uint64, cfg.Locations)
 	for i := range groups {
 		groups[i] = uint64(i + 1)
@@ -372,6 +495,10 @@ func (s *sale) buy(ctx context.Context, b int) {
 			sleep(ctx, cfg.AbandonTTL)
 		}
 	}
+	paid := false
+	if cfg.Outcome != nil {
+		defer func() { cfg.Outcome(p.ShopID, p.ReservationID, lines, paid) }()
+	}
 	if abandon {
 		s.abandoned.Add(1)
 		return
@@ -384,14 +511,15 @@ func (s *sale) buy(ctx context.Context, b int) {
 		claimCtx = withKill(ctx)
 	}
 	for try := 0; try < attempts && ctx.Err() == nil; try++ {
-		err := s.b.Claim(claimCtx, s.shop, p.ReservationID)
+		err := s.b.Claim(claimCtx, p.ShopID, p.ReservationID)
 		if err == nil {
 			s.claimed.Add(int64(len(p.Lines)))
 			s.mu.Lock()
 			for _, l := range lines {
-				s.paid[reservation.ItemKey{ShopID: s.shop, ItemID: l.ItemID, GroupID: l.GroupID}] += l.Quantity
+				s.paid[reservation.ItemKey{ShopID: p.ShopID, ItemID: l.ItemID, GroupID: l.GroupID}] += l.Quantity
 			}
 			s.mu.Unlock()
+			paid = true
 			return
 		}
 		switch {
@@ -411,6 +539,19 @@ func (s *sale) buy(ctx context.Context, b int) {
 	s.failed.Add(1)
 }
 
+// pickShop picks a buyer's shop: the i-th of n with weight i+1.
+func (s *sale) pickShop() uint64 {
+	n := len(s.shops)
+	r := rand.IntN(n * (n + 1) / 2)
+	for i := range n {
+		if r < i+1 {
+			return s.shops[i]
+		}
+		r -= i + 1
+	}
+	return s.shops[n-1]
+}
+
 // keepLines returns the lines of p that can still be sold: units sellable
 // per the ledger, or held by others (they come back if abandoned); waiting
 // reports that some kept line has nothing sellable right now.
@@ -421,7 +562,7 @@ func (s *sale) keepLines(ctx context.Context, p reservation.ReserveParams) ([]re
 	for _, l := range p.Lines {
 		var sellable, held int64
 		for _, g := range l.GroupIDs {
-			k := reservation.ItemKey{ShopID: s.shop, ItemID: l.ItemID, GroupID: g}
+			k := reservation.ItemKey{ShopID: p.ShopID, ItemID: l.ItemID, GroupID: g}
 			n, h, err := s.b.Sellable(ctx, k)
 			if err != nil {
 				return nil, false
@@ -467,7 +608,8 @@ func (s *sale) report(ctx context.Context, keys []reservation.ItemKey, elapsed t
 	}
 	r.Buyers = s.started.Load()
 	r.Undersold = ledgerOnly
-	if r.Buyers-r.Abandoned >= r.Stock && r.Buyers == int64(s.cfg.Buyers) {
+	// Whether demand exceeded a shop's stock is known for one shop only.
+	if len(s.shops) == 1 && r.Buyers-r.Abandoned >= r.Stock && r.Buyers == int64(s.cfg.Buyers) {
 		r.Undersold += max(0, r.Stock-r.Paid-ledgerOnly)
 	}
 	return r, nil

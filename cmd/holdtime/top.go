@@ -66,7 +66,8 @@ the idle share of that hold side by side (a layer no source watches has no colum
 Within a layer one source is the headline and sources are never added up. --layer
 chooses the layer that ranks the tags; by default (max) each tag is ranked by the
 layer where it holds most, so a hog comes first wherever it holds. LAYER names the
-layer that ranked the row; STMT/s, SESSIONS and PINS are that layer's. An idle share
+layer that ranked the row; STMT/s, SESSIONS and PINS are that layer's ("-" where
+it cannot know: the app's spans tell no sessions held now, only ProxySQL pins). An idle share
 is red where it is waste: mostly idle at that layer, and mostly idle in the app too
 when the app reports any tag (the server counts the round trips between a
 transaction's statements as idle; only the app knows if it was busy then).
@@ -534,7 +535,16 @@ func (v *topView) table(rows []collector.TopRow) *table {
 				rate = "≥" + rate
 			}
 		}
-		cells = append(cells, plain(string(r.Layer)), plain(rate), plain(strconv.Itoa(r.Sessions)), plain(strconv.Itoa(r.PinnedSessions)))
+		// The app's spans tell no sessions held now, and only ProxySQL pins
+		// a backend to a session: there the figure is unknown, not zero.
+		sessions, pins := "-", "-"
+		if r.Layer != collector.LayerApp {
+			sessions = strconv.Itoa(r.Sessions)
+		}
+		if r.Layer == collector.LayerProxy {
+			pins = strconv.Itoa(r.PinnedSessions)
+		}
+		cells = append(cells, plain(string(r.Layer)), plain(rate), plain(sessions), plain(pins))
 		tb.add(cells...)
 	}
 	return tb

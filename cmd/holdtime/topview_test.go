@@ -112,8 +112,9 @@ func TestTopShowsEveryLayer(t *testing.T) {
 		t.Errorf("header %q: want each layer's occupancy and idle share", lines[2])
 	}
 	// The hog is seen only by the app, and ranks first there.
-	if f := strings.Fields(lines[3]); f[0] != "report_export" || f[1] != "1.02" || f[2] != "99%" || f[3] != "-" || f[5] != "app" {
-		t.Errorf("first row %q: want report_export, app 1.02 99%%, no server figure, ranked by app", lines[3])
+	if f := strings.Fields(lines[3]); f[0] != "report_export" || f[1] != "1.02" || f[2] != "99%" || f[3] != "-" || f[5] != "app" ||
+		f[7] != "-" || f[8] != "-" {
+		t.Errorf("first row %q: want report_export, app 1.02 99%%, no server figure, ranked by app, whose sessions and pins no source tells", lines[3])
 	}
 	if f := strings.Fields(rowLine(t, out, "checkout_txn")); f[1] != "0.80" || f[3] != "0.76" || f[4] != "88%" {
 		t.Errorf("checkout_txn %v: want app 0.80 and server 0.76 88%% side by side", f)
@@ -228,5 +229,18 @@ func TestTopSourceStates(t *testing.T) {
 		"px/proxysql_processlist DOWN (refused) (cross-check), px/proxysql_digest up (cross-check)"
 	if got != want {
 		t.Errorf("sources line\n got %q\nwant %q", got, want)
+	}
+}
+
+func TestTopHelpExplainsUnknownAndUntagged(t *testing.T) {
+	code, out, errOut := runCLI(t, "top", "--help")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	for _, want := range []string{`"unknown" is hold whose owner cannot be known`, `"untagged" is hold of statements seen without a
+conn_tag comment`, "--layer", "q quits", "warming", "retries"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("top --help does not say %q", want)
+		}
 	}
 }

@@ -21,9 +21,11 @@ vet:
 race:
 	$(GO) test -race -count=1 -timeout 20m ./...
 
-bench:
-	$(GO) test -run '^$$' -bench . -benchmem ./...
-	cd internal/benchcmp && $(GO) test -run '^$$' -bench . -benchmem
+# The side-by-side suite in interleaved rounds (about 15 minutes on 2 cores;
+# BENCH_FLAGS='-rounds 1 -quick' for a smoke run), written to BENCHMARKS.md.
+# Not part of make test.
+bench: deps-demo # gcc and MariaDB, as the demo
+	$(GO) run ./internal/benchrun $(BENCH_FLAGS)
 
 # internal/benchcmp is its own module (it keeps otelsql out of holdtime's
 # dependencies); its test checks the comparison is fair.

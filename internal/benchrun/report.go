@@ -1,0 +1,329 @@
+package main
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+)
+
+// figure is one line of the report: a value computed from one round's
+// results, against a baseline of the same round.
+type figure struct {
+	name     string // what is measured, and where (the layer)
+	baseline string // against what, in the same run
+	unit     string // "×" (a ratio), "ns", "allocs", "ms", "events/s", …
+	value    func(results) (float64, bool)
+	// target, when set, is checked on the median, or on every round
+	// (worst) when every is set: "≥ 0.8 in every run".
+	target string
+	ok     func(float64) bool
+	every  bool
+	note   string
+}
+
+type section struct {
+	title   string
+	intro   string
+	figures []figure
+}
+
+// get is one result of one round.
+func get(r results, bench, unit string) (float64, bool) {
+	u, ok := r[bench]
+	if !ok {
+		return 0, false
+	}
+	v, ok := u[unit]
+	return v, ok
+}
+
+func ratio(bench, unit, baseBench, baseUnit string) func(results) (float64, bool) {
+	return func(r results) (float64, bool) {
+		a, ok1 := get(r, bench, unit)
+		b, ok2 := get(r, baseBench, baseUnit)
+		if !ok1 || !ok2 || b == 0 {
+			return 0, false
+		}
+		return a / b, true
+	}
+}
+
+func diff(bench, baseBench, unit string) func(results) (float64, bool) {
+	return func(r results) (float64, bool) {
+		a, ok1 := get(r, bench, unit)
+		b, ok2 := get(r, baseBench, unit)
+		return a - b, ok1 && ok2
+	}
+}
+
+func metric(bench, unit string) func(results) (float64, bool) {
+	return func(r results) (float64, bool) { return get(r, bench, unit) }
+}
+
+func atMost(x float64) func(float64) bool  { return func(v float64) bool { return v <= x } }
+func atLeast(x float64) func(float64) bool { return func(v float64) bool { return v >= x } }
+
+func sections() []section {
+	var out []section
+
+	stub := section{title: "conntag: what it adds per statement (stub driver)",
+		intro: "`conntag/BenchmarkStatement`: the same statement through `database/sql` on a stub driver that does no I/O, " +
+			"raw and wrapped, in one binary. Added = wrapped ns/op − raw ns/op (the wrapper's own cost); allocs likewise."}
+	for _, op := range []string{"exec", "query"} {
+		raw := "BenchmarkStatement/" + op + "/raw"
+		for _, c := range []struct{ name, what string }{
+			{"tag_metrics", "default (tag + metrics)"}, {"tag_noop_meter", "tag + a no-op MeterProvider"},
+			{"tag_only", "tag only"}, {"all_off", "everything off"},
+		} {
+			b := "BenchmarkStatement/" + op + "/" + c.name
+			f := figure{name: fmt.Sprintf("%s, %s: added", op, c.what), baseline: op + "/raw", unit: "ns", value: diff(b, raw, "ns/op")}
+			a := figure{name: fmt.Sprintf("%s, %s: added", op, c.what), baseline: op + "/raw", unit: "allocs", value: diff(b, raw, "allocs/op")}
+			if c.name == "tag_metrics" || c.name == "tag_noop_meter" {
+				f.target, f.ok = "≤ 250 ns", atMost(250)
+				a.target, a.ok = "≤ 2", atMost(2)
+			}
+			stub.figures = append(stub.figures, f, a)
+		}
+	}
+	out = append(out, stub)
+
+	cmp := section{title: "conntag vs otelsql (stub driver)",
+		intro: "`internal/benchcmp/BenchmarkOverhead` (its own module, so otelsql stays out of holdtime's dependencies): " +
+			"both wrappers record metrics through an SDK MeterProvider and put the tag into the statement. " +
+			"Ratio = conntag's added ns / otelsql's added ns (below 1: conntag costs less)."}
+	for _, op := range []string{"exec", "query"} {
+		raw := "BenchmarkOverhead/" + op + "/raw"
+		cmp.figures = append(cmp.figures,
+			figure{name: op + ": conntag added", baseline: op + "/raw", unit: "ns", value: diff("BenchmarkOverhead/"+op+"/conntag", raw, "ns/op")},
+			figure{name: op + ": otelsql added", baseline: op + "/raw", unit: "ns", value: diff("BenchmarkOverhead/"+op+"/otelsql", raw, "ns/op")},
+			figure{name: op + ": conntag added / otelsql added", baseline: "otelsql", unit: "×", value: func(r results) (float64, bool) {
+				c, ok1 := diff("BenchmarkOverhead/"+op+"/conntag", raw, "ns/op")(r)
+				o, ok2 := diff("BenchmarkOverhead/"+op+"/otelsql", raw, "ns/op")(r)
+				if !ok1 || !ok2 || o <= 0 {
+					return 0, false
+				}
+				return c / o, true
+			}})
+	}
+	out = append(out, cmp)
+
+	out = append(out, section{title: "conntag over loopback (client and server on one CPU)",
+		intro: "`conntag/BenchmarkLoopback`, pinned with `taskset -c 0` (the test binary and the MariaDB server it starts): " +
+			"`SELECT 1` alternately on two pools, b/a of the median latencies. control is raw against raw: the noise floor of the method.",
+		figures: []figure{
+			{name: "default (tag + metrics) / raw", baseline: "raw pool, same run", unit: "×", value: metric("BenchmarkLoopback/conntag", "b/a"),
+				target: "≤ 1.02", ok: atMost(1.02)},
+			{name: "tag only / raw", baseline: "raw pool, same run", unit: "×", value: metric("BenchmarkLoopback/tag_only", "b/a")},
+			{name: "control: raw / raw", baseline: "raw pool, same run", unit: "×", value: metric("BenchmarkLoopback/control", "b/a")},
+		}})
+
+	evm := section{title: "reservation: the engine against the minimal SKIP LOCKED loop and the baselines",
+		intro: "`reservation/BenchmarkEngineVsMinimal`: one hot item, one unit per reserve, conntag on every pool, each variant on its own item, " +
+			"every variant interleaved slice by slice (6 slices) within each round. minimal is the engine's statements without its " +
+			"bookkeeping (every unit pooled up front, no refill); minimal_aa is the same loop again: aa = minimal_aa/minimal is the " +
+			"noise of the method itself. 'slices' is the lowest and highest slice of all rounds."}
+	for _, w := range []string{"0s", "2ms"} {
+		for _, c := range []string{"8", "32", "64"} {
+			b := "BenchmarkEngineVsMinimal/work=" + w + "/conc=" + c
+			f := figure{name: fmt.Sprintf("work %s, %s concurrent: engine / minimal", w, c), baseline: "minimal loop", unit: "×",
+				value: metric(b, "engine/minimal")}
+			if w == "2ms" && c != "8" {
+				f.target, f.ok, f.every = "≥ 0.8 every run", atLeast(0.8), true
+			}
+			evm.figures = append(evm.figures,
+				f,
+				figure{name: fmt.Sprintf("work %s, %s concurrent: engine / minimal, slices", w, c), baseline: "minimal loop", unit: "×", value: metric(b, "engine/minimal_min"), note: "lowest slice"},
+				figure{name: fmt.Sprintf("work %s, %s concurrent: A/A, minimal_aa / minimal", w, c), baseline: "minimal loop", unit: "×", value: metric(b, "aa")},
+				figure{name: fmt.Sprintf("work %s, %s concurrent: engine / counter", w, c), baseline: "counter strategy", unit: "×", value: metric(b, "engine/counter")},
+				figure{name: fmt.Sprintf("work %s, %s concurrent: engine / FOR UPDATE", w, c), baseline: "FOR UPDATE strategy", unit: "×", value: metric(b, "engine/for_update")},
+				figure{name: fmt.Sprintf("work %s, %s concurrent: engine", w, c), baseline: "(absolute)", unit: "reserves/s", value: metric(b, "engine_reserves/s")},
+				figure{name: fmt.Sprintf("work %s, %s concurrent: engine inline refills", w, c), baseline: "(per reserve)", unit: "/op", value: metric(b, "engine_inline_refills/op")},
+			)
+		}
+	}
+	out = append(out, evm)
+
+	convoy := section{title: "reservation: the refill convoy (the engine's dip when its pool runs low)",
+		intro: "`reservation/BenchmarkRefillConvoy`: a 200-unit pool on one hot item, so reserves find it short and refill inline. " +
+			"convoy is the engine without its in-memory single flight (every short reserve opens a refill transaction that queues on " +
+			"the ledger row lock, a pooled connection and a server thread held for the wait, then finds the pool refilled). " +
+			"Refill wait is the time reserves spent in inline refills (Stats().RefillWait) per reserve."}
+	for _, c := range []string{"32", "64"} {
+		b := "BenchmarkRefillConvoy/pool=200/conc=" + c
+		convoy.figures = append(convoy.figures,
+			figure{name: c + " concurrent: engine / convoy", baseline: "engine without single flight", unit: "×", value: metric(b, "engine/convoy")},
+			figure{name: c + " concurrent: engine / minimal", baseline: "minimal loop (all pooled)", unit: "×", value: metric(b, "engine/minimal")},
+			figure{name: c + " concurrent: convoy / minimal", baseline: "minimal loop (all pooled)", unit: "×", value: metric(b, "convoy/minimal")},
+			figure{name: c + " concurrent: engine refill wait", baseline: "(per reserve)", unit: "µs", value: metric(b, "engine_refill_wait_us/op")},
+			figure{name: c + " concurrent: convoy refill wait", baseline: "(per reserve)", unit: "µs", value: metric(b, "convoy_refill_wait_us/op")},
+		)
+	}
+	out = append(out, convoy)
+
+	claims := section{title: "reservation: claims and releases (group commit)",
+		intro: "`reservation/BenchmarkClaim` and `BenchmarkReleaseGroup`: holds of one unit, claimed (released) concurrently. " +
+			"alone is the claim before groups (one transaction per claim, the ledger row updated in its middle); engine is Claim, " +
+			"whose concurrent calls end in one transaction per group, the ledger row updated once, last."}
+	for _, items := range []string{"1", "1000"} {
+		for _, c := range []string{"16", "64"} {
+			b := "BenchmarkClaim/items=" + items + "/conc=" + c
+			f := figure{name: fmt.Sprintf("claims, %s item(s), %s concurrent: engine / alone", items, c), baseline: "one transaction per claim", unit: "×",
+				value: ratio(b+"/engine", "claims/s", b+"/alone", "claims/s")}
+			if items == "1" {
+				f.target, f.ok = "≥ 2", atLeast(2)
+			}
+			claims.figures = append(claims.figures, f,
+				figure{name: fmt.Sprintf("claims, %s item(s), %s concurrent: engine", items, c), baseline: "(absolute)", unit: "claims/s", value: metric(b+"/engine", "claims/s")})
+		}
+		b := "BenchmarkReleaseGroup/items=" + items + "/conc=16"
+		claims.figures = append(claims.figures,
+			figure{name: fmt.Sprintf("releases, %s item(s), 16 concurrent: engine / alone", items), baseline: "one transaction per release", unit: "×",
+				value: ratio(b+"/engine", "releases/s", b+"/alone", "releases/s")})
+	}
+	out = append(out, claims)
+
+	out = append(out, section{title: "collector: one processlist sample of 10,000 sessions",
+		intro: "`collector/BenchmarkProcesslistSnapshot`: processing one ProxySQL processlist sample of 10,000 sessions; copy (copying the rows) is the floor.",
+		figures: []figure{
+			{name: "sample", baseline: "(absolute)", unit: "ms", value: metric("BenchmarkProcesslistSnapshot/sample/events=false", "ms/snapshot"), target: "≤ 10 ms", ok: atMost(10)},
+			{name: "sample, events log on", baseline: "(absolute)", unit: "ms", value: metric("BenchmarkProcesslistSnapshot/sample/events=true", "ms/snapshot"), target: "≤ 10 ms", ok: atMost(10)},
+			{name: "sample / copy", baseline: "copying the rows", unit: "×", value: ratio("BenchmarkProcesslistSnapshot/sample/events=false", "ns/op", "BenchmarkProcesslistSnapshot/copy", "ns/op")},
+		}})
+
+	out = append(out, section{title: "analyze: events log throughput (one core)",
+		intro: "`collector/BenchmarkEventsLog`: ProxySQL's JSON events log of a workload; scan (split lines) and encoding_json " +
+			"(split and json.Unmarshal the fields used) are baselines; analyze is the full pipeline of `holdtime analyze`.",
+		figures: []figure{
+			{name: "analyze", baseline: "(absolute)", unit: "events/s", value: metric("BenchmarkEventsLog/analyze", "events/s")},
+			{name: "analyze / encoding_json", baseline: "json.Unmarshal of the same fields", unit: "×", value: ratio("BenchmarkEventsLog/analyze", "events/s", "BenchmarkEventsLog/encoding_json", "events/s")},
+			{name: "analyze, gzip input", baseline: "(absolute)", unit: "events/s", value: metric("BenchmarkEventsLog/analyze_gzip", "events/s")},
+			{name: "parse / scan", baseline: "splitting lines", unit: "×", value: ratio("BenchmarkEventsLog/parse", "events/s", "BenchmarkEventsLog/scan", "events/s")},
+		}})
+	return out
+}
+
+func format(v float64, unit string) string {
+	switch {
+	case unit == "×":
+		return fmt.Sprintf("%.2f", v)
+	case math.Abs(v) >= 100:
+		return fmt.Sprintf("%.0f", v)
+	case math.Abs(v) >= 10:
+		return fmt.Sprintf("%.1f", v)
+	default:
+		return fmt.Sprintf("%.2f", v)
+	}
+}
+
+func median(v []float64) float64 {
+	s := slices.Clone(v)
+	slices.Sort(s)
+	n := len(s)
+	if n%2 == 1 {
+		return s[n/2]
+	}
+	return (s[n/2-1] + s[n/2]) / 2
+}
+
+// render writes the report.
+func render(m machine, cmdline string, rounds int, quick bool, all []results, failures []string) string {
+	var b strings.Builder
+	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
+	p("# holdtime benchmarks\n\n")
+	p("Written by `%s` (`internal/benchrun`) on %s; it took %s. Do not edit: run it again.\n\n", cmdline, m.date.Format("2006-01-02 15:04 UTC"), m.took)
+	p("Every figure is measured against its baseline **in the same run** (a ratio, or what the variant adds to the baseline), ")
+	p("because this machine is shared and noisy: absolute figures move with the neighbours' load, ratios of variants that ran ")
+	p("side by side much less. %d rounds; each round runs every suite once, in an order that rotates from round to round. ", rounds)
+	p("The value is the median over the rounds, the spread the lowest and highest round. A target marked *every run* is ")
+	p("checked on the worst round.")
+	if quick {
+		p(" This was a **-quick** run: fewer iterations, wider spread.")
+	}
+	p("\n\n## Machine\n\n")
+	p("| | |\n|---|---|\n")
+	p("| CPU | %s, %s cores |\n| memory | %s |\n| kernel | %s |\n| Go | %s |\n| database server | %s |\n",
+		orUnknown(m.cpu), m.cores, orUnknown(m.memory), orUnknown(m.kernel), m.goVersion, orUnknown(m.server))
+	p("| load average (1, 5, 15 min) | %s at the start, %s at the end |\n\n", m.loadStart, m.loadEnd)
+
+	var unmet []string
+	for _, s := range sections() {
+		p("## %s\n\n%s\n\n", s.title, s.intro)
+		p("| figure | baseline (same run) | median | spread | unit | target |\n|---|---|---|---|---|---|\n")
+		for _, f := range s.figures {
+			var vals []float64
+			for _, r := range all {
+				if v, ok := f.value(r); ok {
+					vals = append(vals, v)
+				}
+			}
+			if len(vals) == 0 {
+				p("| %s | %s | not measured | | %s | %s |\n", f.name, f.baseline, f.unit, f.target)
+				if f.target != "" {
+					unmet = append(unmet, fmt.Sprintf("%s — %s: not measured (the benchmark did not report it)", s.title, f.name))
+				}
+				continue
+			}
+			med, lo, hi := median(vals), slices.Min(vals), slices.Max(vals)
+			spread := fmt.Sprintf("%s – %s", format(lo, f.unit), format(hi, f.unit))
+			if len(vals) == 1 {
+				spread = "(1 round)"
+			}
+			target := f.target
+			if f.ok != nil {
+				checked := med
+				if f.every { // the worst round: one that fails, if any
+					checked = lo
+					if f.ok(lo) && !f.ok(hi) {
+						checked = hi
+					}
+				}
+				if f.ok(checked) {
+					target += ": met"
+				} else {
+					target += fmt.Sprintf(": **not met** (%s)", format(checked, f.unit))
+					unmet = append(unmet, fmt.Sprintf("%s — %s: %s %s, target %s", s.title, f.name, format(checked, f.unit), f.unit, f.target))
+				}
+			}
+			name := f.name
+			if f.note != "" {
+				name += " (" + f.note + ")"
+			}
+			p("| %s | %s | %s | %s | %s | %s |\n", name, f.baseline, format(med, f.unit), spread, f.unit, target)
+		}
+		p("\n")
+	}
+	p("## Targets not met\n\n")
+	if len(unmet) == 0 {
+		p("None in this run.\n\n")
+	}
+	for _, u := range unmet {
+		p("- %s\n", u)
+	}
+	if len(unmet) > 0 {
+		p("\n")
+	}
+	p("## Reading the reservation figures\n\n")
+	p("The engine's dips against the minimal loop came from refills, not from reserving: when the machine is busy the ")
+	p("background refiller falls behind, reserves find the pool short, and each short reserve used to open its own refill ")
+	p("transaction queued on the item's ledger row lock (holding a pooled connection and a server thread for the wait) ")
+	p("only to find the pool refilled. The refill-convoy table shows it: the refill wait per reserve of the engine without ")
+	p("single flight (convoy) against the engine, which makes concurrent refills of an item wait in memory for one. ")
+	p("While the pool keeps up (engine inline refills 0 per reserve) the engine and the minimal loop differ by about as much ")
+	p("as the minimal loop differs from itself (the A/A row): compare a dip with that row before reading it as the engine's. ")
+	p("Single slices (6 per round) are far noisier than whole runs on a shared 2-core machine.\n\n")
+	if len(failures) > 0 {
+		p("## Failed runs\n\n")
+		for _, f := range failures {
+			p("```\n%s\n```\n\n", f)
+		}
+	}
+	return b.String()
+}
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "unknown"
+	}
+	return s
+}

@@ -3,13 +3,16 @@ package main
 import (
 	"cmp"
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
+	"sort"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -17,6 +20,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
@@ -24,6 +28,8 @@ import (
 	"github.com/holdtime/holdtime/collector"
 	"github.com/holdtime/holdtime/reservation"
 	"github.com/holdtime/holdtime/reservation/flashsale"
+	"github.com/holdtime/holdtime/reservation/migration"
+	"github.com/holdtime/holdtime/reservation/redisstock"
 	"github.com/holdtime/holdtime/testenv"
 )
 
@@ -48,8 +54,19 @@ type flashsaleCmd struct {
 	txWork       time.Duration
 	duration     time.Duration
 	metricsAddr  string
+	mux          *http.ServeMux // the --metrics-listen server's
 	otlpEndpoint string
 	timeout      time.Duration
+
+	backend       string
+	claimOrder    string
+	killClaims    float64
+	restarts      int
+	redisAddr     string
+	persistence   string
+	shops         int
+	migrate       bool
+	shadowTimeout time.Duration
 }
 
 // flashsaleStrategies are the strategies --compare runs, the engine first.
@@ -67,10 +84,29 @@ reservation engine (or a baseline strategy), every statement tagged with conntag
 and reports throughput, reserve latency p50/p99 and the books: sold, oversold,
 undersold and leaked units, retries and inline refills.
 
+--backend redis sells through the design the engine replaced: one Redis counter per
+item and location, holds in Redis, claims that update the MySQL ledger and Redis with no
+shared transaction (--claim-order). --kill-claims kills that share of claims between
+their two halves (the claim is then driven again, like a redelivered payment webhook);
+--restarts crashes Redis (or, for the engine, KILLs the sale's MySQL connections) during
+the sale. The books then show what each design does with a fault: the Redis design
+oversells or undersells, the engine does neither.
+
+--backend shadow keeps Redis the source of truth and shadows every call into MySQL,
+counting mismatches; --migrate moves --shops shops through the stages (redis, shadow,
+mysql, lowest-volume shops first) during the sale, flips the kill switch on and off, and
+prints per phase the throughput and the mismatches, then the books of every
+reservation's source of truth. With --metrics-listen the kill switch is also at
+/killswitch (holdtime killswitch).
+
+A Redis is started for the sale (redis-server from PATH) unless --redis names one.
+
 It starts a throwaway MySQL-compatible server unless --dsn names a database, in
 which it creates the engine's tables (inventory_*) and sells in a shop of its own.`,
 		Example: `  holdtime flashsale
   holdtime flashsale --concurrency 64 --tx-work 2ms --compare
+  holdtime flashsale --backend redis --claim-order redis_first --kill-claims 0.2 --restarts 1
+  holdtime flashsale --migrate --shops 5 --metrics-listen 127.0.0.1:9480   # then: holdtime killswitch on --url http://127.0.0.1:9480
   holdtime flashsale --dsn 'app:secret@tcp(db:3306)/shop' --buyers 5000 --abandon-rate 0.2 --json`,
 		Args: noArgs("give the database with --dsn 'user:pass@tcp(host:3306)/dbname' (quoted: its parentheses are special to the shell)"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -98,6 +134,15 @@ which it creates the engine's tables (inventory_*) and sells in a shop of its ow
 	fl.StringVar(&f.metricsAddr, "metrics-listen", "", "serve the sale's app-side metrics (conntag, reservation engine) on this address at /metrics while it runs, e.g. 127.0.0.1:9480")
 	fl.StringVar(&f.otlpEndpoint, "otlp-endpoint", "", "send conntag's spans (hold and statement, with the session id) over OTLP/HTTP to this URL, e.g. http://127.0.0.1:9479/v1/traces (holdtime collect --otlp)")
 	fl.DurationVar(&f.timeout, "timeout", 10*time.Second, "how long to wait for --dsn's server to accept a connection and log in")
+	fl.StringVar(&f.backend, "backend", "mysql", "mysql (the engine), redis (the design it replaced) or shadow (Redis the truth, MySQL shadowed)")
+	fl.StringVar(&f.claimOrder, "claim-order", string(redisstock.ClaimLedgerFirst), "--backend redis: ledger_first or redis_first")
+	fl.Float64Var(&f.killClaims, "kill-claims", 0, "share of claims killed between their two halves and driven again, 0 to 1")
+	fl.IntVar(&f.restarts, "restarts", 0, "restart Redis this many times during the sale (the engine: KILL the sale's MySQL connections)")
+	fl.StringVar(&f.redisAddr, "redis", "", "use this Redis (host:port) instead of a throwaway redis-server (--restarts needs the throwaway one)")
+	fl.StringVar(&f.persistence, "redis-persistence", string(testenv.PersistenceSnapshot), "the throwaway Redis's persistence: snapshot (Debian's default: RDB, taken after stocking), none or aof")
+	fl.IntVar(&f.shops, "shops", 1, "shops selling, each with every item; their volumes rise 1:2:…:n")
+	fl.BoolVar(&f.migrate, "migrate", false, "move the shops from Redis to MySQL through every stage during the sale, flipping the kill switch")
+	fl.DurationVar(&f.shadowTimeout, "shadow-timeout", 50*time.Millisecond, "--backend shadow, --migrate: the most a shadow call may add to a customer's call")
 	return cmd
 }
 
@@ -143,6 +188,47 @@ func (f *flashsaleCmd) config() (flashsale.Config, []reservation.Strategy, error
 			return cfg, nil, err
 		}
 	}
+	if f.migrate {
+		f.backend = "shadow"
+	}
+	switch f.backend {
+	case "mysql", "redis", "shadow":
+	default:
+		return cfg, nil, fmt.Errorf("unknown --backend %q: use mysql, redis or shadow", f.backend)
+	}
+	switch redisstock.ClaimOrder(f.claimOrder) {
+	case redisstock.ClaimLedgerFirst, redisstock.ClaimRedisFirst:
+	default:
+		return cfg, nil, fmt.Errorf("unknown --claim-order %q: use ledger_first or redis_first", f.claimOrder)
+	}
+	switch testenv.Persistence(f.persistence) {
+	case testenv.PersistenceSnapshot, testenv.PersistenceNone, testenv.PersistenceAOF:
+	default:
+		return cfg, nil, fmt.Errorf("unknown --redis-persistence %q: use snapshot, none or aof", f.persistence)
+	}
+	if f.killClaims < 0 || f.killClaims > 1 {
+		return cfg, nil, fmt.Errorf("--kill-claims %v: give a share from 0 to 1", f.killClaims)
+	}
+	if f.restarts < 0 || f.shops < 1 || f.shadowTimeout <= 0 {
+		return cfg, nil, errors.New("--restarts must not be negative, --shops at least 1, --shadow-timeout positive")
+	}
+	if f.restarts > 0 && f.redisAddr != "" && f.backend != "mysql" {
+		return cfg, nil, errors.New("--restarts crashes the throwaway Redis: leave out --redis")
+	}
+	if f.compare && f.backend != "mysql" {
+		return cfg, nil, errors.New("--compare runs the engine's strategies: use it with --backend mysql")
+	}
+	cfg.KillClaims, cfg.Restarts = f.killClaims, f.restarts
+	if f.compare && f.shops > 1 {
+		return cfg, nil, errors.New("--compare sells in one shop per strategy: leave out --shops")
+	}
+	if f.shops > 1 || f.backend == "shadow" {
+		// Fresh ids: sales against one database never share a shop.
+		base := uint64(time.Now().UnixNano()/1000) * 100
+		for i := range f.shops {
+			cfg.ShopIDs = append(cfg.ShopIDs, base+uint64(i+1))
+		}
+	}
 	if f.compare {
 		return cfg, flashsaleStrategies, nil
 	}
@@ -167,12 +253,12 @@ func (f *flashsaleCmd) run(ctx context.Context) error {
 	defer cleanup()
 	cfg.MySQL = mc
 	if f.metricsAddr != "" {
-		mp, stop, err := serveAppMetrics(ctx, f.metricsAddr)
+		mp, mux, stop, err := serveAppMetricsMux(ctx, f.metricsAddr)
 		if err != nil {
 			return err
 		}
 		defer stop()
-		cfg.MeterProvider = mp
+		cfg.MeterProvider, f.mux = mp, mux
 	}
 	if f.otlpEndpoint != "" {
 		db, stop, err := flashsaleSpanDB(ctx, f.otlpEndpoint, mc, cfg)
@@ -182,9 +268,22 @@ func (f *flashsaleCmd) run(ctx context.Context) error {
 		defer stop()
 		cfg.DB = db
 	}
+	var killSwitch http.Handler
+	if f.backend != "mysql" || f.restarts > 0 {
+		var cleanup func()
+		var err error
+		cleanup, killSwitch, err = f.setupBackend(ctx, &cfg, mc)
+		if err != nil {
+			return err
+		}
+		defer cleanup()
+	}
+	if killSwitch != nil && f.metricsAddr != "" {
+		f.mux.Handle("/killswitch", killSwitch)
+	}
 	if !f.jsonOut {
-		fmt.Fprintf(f.out, "flash sale on %s: %d buyers, %d at once, %d item(s) x %d location(s) x %d units\n\n",
-			where, f.buyers, f.concurrency, f.items, f.locations, f.stock)
+		fmt.Fprintf(f.out, "flash sale on %s: %d buyers, %d at once, %d shop(s) x %d item(s) x %d location(s) x %d units\n\n",
+			where, f.buyers, f.concurrency, f.shops, f.items, f.locations, f.stock)
 	}
 	var reports []flashsale.Report
 	for _, s := range strategies {
@@ -210,9 +309,12 @@ func (f *flashsaleCmd) run(ctx context.Context) error {
 		return err
 	}
 	for _, r := range reports {
+		if r.Strategy == "" && r.Backend != "migration" {
+			continue // the Redis design: its oversell is the lesson, not a bug
+		}
 		if r.Oversold > 0 || r.Leaked > 0 {
-			return fmt.Errorf("strategy %s: the books do not balance (%d oversold, %d leaked): this is a bug, please report it",
-				r.Strategy, r.Oversold, r.Leaked)
+			return fmt.Errorf("%s: the books do not balance (%d oversold, %d leaked): this is a bug, please report it",
+				r.Backend, r.Oversold, r.Leaked)
 		}
 	}
 	return nil
@@ -288,7 +390,11 @@ func flashsalePing(ctx context.Context, mc *mysql.Config, timeout time.Duration)
 
 func writeFlashsaleReport(w io.Writer, r flashsale.Report) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "strategy\t%s\n", r.Strategy)
+	if r.Strategy != "" {
+		fmt.Fprintf(tw, "strategy\t%s\n", r.Strategy)
+	} else {
+		fmt.Fprintf(tw, "backend\t%s\n", r.Backend)
+	}
 	fmt.Fprintf(tw, "throughput\t%.1f reserves/s (%d reserves in %v)\n", r.Throughput, r.Reserves, r.Elapsed.Round(time.Millisecond))
 	fmt.Fprintf(tw, "reserve latency\tp50 %v, p99 %v\n", r.ReserveP50.Round(time.Microsecond), r.ReserveP99.Round(time.Microsecond))
 	fmt.Fprintf(tw, "sold\t%d of %d units\n", r.Sold, r.Stock)
@@ -301,7 +407,19 @@ func writeFlashsaleReport(w io.Writer, r flashsale.Report) error {
 	if r.FailedCalls > 0 {
 		fmt.Fprintf(tw, "failed calls\t%d\n", r.FailedCalls)
 	}
-	return tw.Flush()
+	if r.KilledClaims > 0 || r.Restarts > 0 || r.LostHolds > 0 {
+		fmt.Fprintf(tw, "faults\t%d claims killed between their halves, %d restarts, %d paid holds lost\n",
+			r.KilledClaims, r.Restarts, r.LostHolds)
+	}
+	fmt.Fprintf(tw, "paid\t%d units (the buyers' truth; the ledger says %d sold)\n", r.Paid, r.Sold)
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(r.Phases) > 1 {
+		fmt.Fprintln(w)
+		return writeFlashsalePhases(w, r.Phases)
+	}
+	return nil
 }
 
 func writeFlashsaleComparison(w io.Writer, reports []flashsale.Report) error {
@@ -345,6 +463,11 @@ type flashsaleRun struct {
 	Refills           int64   `json:"refills"`
 	ShortReads        int64   `json:"short_reads"`
 	FailedCalls       int64   `json:"failed_calls"`
+	Backend           string  `json:"backend"`
+	Paid              int64   `json:"paid"`
+	KilledClaims      int64   `json:"killed_claims"`
+	Restarts          int64   `json:"restarts"`
+	LostHolds         int64   `json:"lost_holds"`
 }
 
 func writeFlashsaleJSON(w io.Writer, where string, reports []flashsale.Report) error {
@@ -358,7 +481,8 @@ func writeFlashsaleJSON(w io.Writer, where string, reports []flashsale.Report) e
 			ReserveP50Seconds: r.ReserveP50.Seconds(), ReserveP99Seconds: r.ReserveP99.Seconds(), Stock: r.Stock,
 			Sold: r.Sold, Oversold: r.Oversold, Undersold: r.Undersold, Leaked: r.Leaked, SoldOut: r.SoldOut,
 			Abandoned: r.Abandoned, Retries: r.Retries, Refills: r.Refills, ShortReads: r.ShortReads,
-			FailedCalls: r.FailedCalls})
+			FailedCalls: r.FailedCalls, Backend: r.Backend, Paid: r.Paid, KilledClaims: r.KilledClaims,
+			Restarts: r.Restarts, LostHolds: r.LostHolds})
 	}
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
@@ -368,22 +492,189 @@ func writeFlashsaleJSON(w io.Writer, where string, reports []flashsale.Report) e
 // serveAppMetrics serves an OpenTelemetry MeterProvider's metrics in the
 // Prometheus format on addr at /metrics, until stop is called.
 func serveAppMetrics(ctx context.Context, addr string) (*sdkmetric.MeterProvider, func(), error) {
+	mp, _, stop, err := serveAppMetricsMux(ctx, addr)
+	return mp, stop, err
+}
+
+// serveAppMetricsMux is serveAppMetrics that also returns the server's mux,
+// for more endpoints (the kill switch).
+func serveAppMetricsMux(ctx context.Context, addr string) (*sdkmetric.MeterProvider, *http.ServeMux, func(), error) {
 	reg := prometheus.NewRegistry()
 	exporter, err := otelprom.New(otelprom.WithRegisterer(reg))
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return nil, nil, fmt.Errorf("--metrics-listen %s: %w", addr, err)
+		return nil, nil, nil, fmt.Errorf("--metrics-listen %s: %w", addr, err)
 	}
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exporter))
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go srv.Serve(ln)
-	return mp, func() {
+	return mp, mux, func() {
 		srv.Shutdown(context.WithoutCancel(ctx))
 		mp.Shutdown(context.WithoutCancel(ctx))
 	}, nil
+}
+
+// setupBackend builds the Redis design or the migration router for the
+// sale (and a throwaway Redis unless --redis), or, for the engine with
+// --restarts, a restart that KILLs the sale's MySQL connections. It returns
+// the kill switch's handler for a migration.
+func (f *flashsaleCmd) setupBackend(ctx context.Context, cfg *flashsale.Config, mc *mysql.Config) (func(), http.Handler, error) {
+	var undo []func()
+	cleanup := func() {
+		for i := len(undo) - 1; i >= 0; i-- {
+			undo[i]()
+		}
+	}
+	fail := func(err error) (func(), http.Handler, error) { cleanup(); return nil, nil, err }
+	if f.backend == "mysql" {
+		admin, err := sql.Open("mysql", mc.FormatDSN())
+		if err != nil {
+			return nil, nil, err
+		}
+		cfg.Restart = func(ctx context.Context) error { return killSaleConnections(ctx, admin, mc.DBName) }
+		return func() { admin.Close() }, nil, nil
+	}
+	if cfg.DB == nil {
+		db, err := flashsale.OpenDB(*cfg)
+		if err != nil {
+			return nil, nil, err
+		}
+		undo = append(undo, func() { db.Close() })
+		cfg.DB = db
+	}
+	addr := f.redisAddr
+	if addr == "" {
+		rs, err := testenv.StartRedis(ctx, testenv.RedisOptions{Persistence: testenv.Persistence(f.persistence)})
+		if err != nil {
+			return fail(fmt.Errorf("start a throwaway redis-server (or give --redis host:port): %w", err))
+		}
+		undo = append(undo, func() { rs.Close() })
+		addr = rs.Addr
+		cfg.Restart = rs.Restart
+		if testenv.Persistence(f.persistence) == testenv.PersistenceSnapshot {
+			cfg.AfterStock = rs.Save // the last snapshot before a crash
+		}
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, PoolSize: f.concurrency + 8})
+	undo = append(undo, func() { rdb.Close() })
+	pctx, cancel := context.WithTimeout(ctx, f.timeout)
+	err := rdb.Ping(pctx).Err()
+	cancel()
+	if err != nil {
+		return fail(fmt.Errorf("--redis %s does not answer PING: %v", addr, err))
+	}
+	rcfg := redisstock.Config{Redis: rdb, DB: cfg.DB, ClaimOrder: redisstock.ClaimOrder(f.claimOrder),
+		MeterProvider: cfg.MeterProvider, ExpiryInterval: 10 * time.Millisecond}
+	if f.backend == "redis" {
+		b, err := flashsale.NewRedisBackend(rcfg)
+		if err != nil {
+			return fail(err)
+		}
+		if err := b.Migrate(ctx); err != nil {
+			return fail(err)
+		}
+		cfg.Backend = b
+		return cleanup, nil, nil
+	}
+	store, err := redisstock.New(rcfg)
+	if err != nil {
+		return fail(err)
+	}
+	engine, err := reservation.New(cfg.DB, reservation.Config{PoolSize: f.poolSize, MeterProvider: cfg.MeterProvider,
+		ExpiryInterval: 10 * time.Millisecond})
+	if err != nil {
+		return fail(err)
+	}
+	rollout := migration.Rollout{Shadow: migration.Plan{Percent: 100}}
+	if f.migrate {
+		rollout = migration.Rollout{}
+	}
+	router, err := migration.New(migration.Config{Redis: store, Engine: engine, DB: cfg.DB, ShopsByVolume: cfg.ShopIDs,
+		Rollout: rollout, ShadowTimeout: f.shadowTimeout, MeterProvider: cfg.MeterProvider,
+		Logger: slog.New(slog.NewTextHandler(f.errOut, nil))})
+	if err != nil {
+		return fail(err)
+	}
+	if err := router.Migrate(ctx); err != nil {
+		return fail(err)
+	}
+	cfg.Backend = &flashsale.MigrationBackend{R: router, Redis: store, Engine: engine, DB: cfg.DB}
+	if f.migrate {
+		cfg.Events = append(cfg.Events, migrationPlan(router)...)
+	}
+	return cleanup, router.Handler(), nil
+}
+
+// migrationPlan moves every shop through the stages during a sale, the
+// lowest-volume shops first, and flips the kill switch on and off twice.
+func migrationPlan(r *migration.Router) []flashsale.Event {
+	stage := func(shadow, mysql float64) func(context.Context) error {
+		return func(context.Context) error {
+			return r.SetRollout(migration.Rollout{Shadow: migration.Plan{Percent: shadow}, MySQL: migration.Plan{Percent: mysql}})
+		}
+	}
+	kill := func(on bool) func(context.Context) error {
+		return func(context.Context) error { r.SetKillSwitch(on); return nil }
+	}
+	return []flashsale.Event{
+		{At: 0.1, Name: "shadow 40%", Do: stage(40, 0)},
+		{At: 0.2, Name: "shadow 100%", Do: stage(100, 0)},
+		{At: 0.3, Name: "mysql 20%", Do: stage(100, 20)},
+		{At: 0.4, Name: "mysql 60%", Do: stage(100, 60)},
+		{At: 0.5, Name: "kill switch on", Do: kill(true)},
+		{At: 0.6, Name: "kill switch off", Do: kill(false)},
+		{At: 0.7, Name: "mysql 100%", Do: stage(100, 100)},
+		{At: 0.8, Name: "kill switch on", Do: kill(true)},
+		{At: 0.9, Name: "kill switch off", Do: kill(false)},
+	}
+}
+
+// killSaleConnections KILLs every connection to database name but its own:
+// the engine's "restart".
+func killSaleConnections(ctx context.Context, admin *sql.DB, name string) error {
+	rows, err := admin.QueryContext(ctx, `SELECT ID FROM information_schema.PROCESSLIST WHERE DB = ? AND ID <> CONNECTION_ID()`, name)
+	if err != nil {
+		return err
+	}
+	var ids []int64
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			rows.Close()
+			return err
+		}
+		ids = append(ids, id)
+	}
+	rows.Close()
+	for _, id := range ids {
+		admin.ExecContext(ctx, "KILL ?", id) // one that ended meanwhile is fine
+	}
+	return rows.Err()
+}
+
+func writeFlashsalePhases(w io.Writer, phases []flashsale.Phase) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "phase\tbuyers\treserves/s\tmismatches")
+	for _, p := range phases {
+		var kinds []string
+		var total int64
+		for k, v := range p.Counters {
+			if v > 0 {
+				kinds = append(kinds, fmt.Sprintf("%s %d", k, v))
+				total += v
+			}
+		}
+		sort.Strings(kinds)
+		m := fmt.Sprint(total)
+		if len(kinds) > 0 {
+			m += " (" + strings.Join(kinds, ", ") + ")"
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%.1f\t%s\n", p.Name, p.Buyers, p.Throughput, m)
+	}
+	return tw.Flush()
 }

@@ -100,6 +100,7 @@ the app, ProxySQL and the MySQL server, or offline from ProxySQL's events log.`,
 		newCollectCmd(),
 		newDashboardsCmd(),
 		newFlashsaleCmd(),
+		newKillswitchCmd(),
 		newTestenvCmd(),
 		newProbeCmd(),
 	} {

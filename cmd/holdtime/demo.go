@@ -51,6 +51,8 @@ type demoCmd struct {
 	topInterval time.Duration
 	color       string
 
+	noRedisLesson bool // demo_redis.go
+
 	results []phaseResult // each half's, for tests
 }
 
@@ -95,6 +97,7 @@ throughput and books: nothing oversold, undersold or leaked.`,
 	f.StringVar(&d.listen, "listen", "127.0.0.1:0", "address of the demo's /metrics and collector API (port 0: any free port)")
 	f.BoolVar(&d.noProxySQL, "no-proxysql", false, "do not start ProxySQL even when it is installed")
 	f.DurationVar(&d.topInterval, "top-interval", time.Second, "refresh interval of the live view")
+	f.BoolVar(&d.noRedisLesson, "no-redis-lesson", false, "skip the second lesson (the Redis design it replaced, under faults)")
 	f.StringVar(&d.color, "color", "auto", "colour: auto (on a terminal), always, never")
 	return cmd
 }
@@ -232,7 +235,10 @@ func (d *demoCmd) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return d.summary(before, after)
+	if err := d.summary(before, after); err != nil || d.noRedisLesson {
+		return err
+	}
+	return redisLesson(ctx, d.out, target) // demo_redis.go
 }
 
 // phase runs the sale and the checkout steps side by side for one half.

@@ -16,7 +16,14 @@ const (
 	resRefillWait  = "holdtime_reservation_refill_wait_duration_seconds_bucket"
 	resExpiries    = "holdtime_reservation_expiries_total"
 	resPoolDepth   = "holdtime_reservation_pool_depth"
-	selStrategy    = `strategy=~"$strategy"`
+	// The migration from the Redis design (reservation/migration, reservation/redisstock).
+	migOps        = "holdtime_migration_operations_total"
+	migDur        = "holdtime_migration_operation_duration_seconds_bucket"
+	migMismatches = "holdtime_migration_mismatches_total"
+	migKill       = "holdtime_migration_kill_switch"
+	migShops      = "holdtime_migration_shops"
+	redisCmdSum   = "holdtime_redis_command_duration_seconds_sum"
+	selStrategy   = `strategy=~"$strategy"`
 )
 
 // quantiles is p50, p95 and p99 of a histogram over $__rate_interval.
@@ -164,6 +171,68 @@ func reservationEngine() *dashboard.DashboardBuilder {
 		description: "Connections the engine's operations keep busy (conntag): reserves should be short holds; a growing figure here means the engine, not the rest of the checkout, holds the pool.",
 		unit:        unitConnBusy,
 		queries:     []q{{"sum by (conn_tag) (" + rate(appHold, selInstance, selTag) + ")", "{{conn_tag}}"}},
+		stack:       true,
+	}} {
+		b = b.WithPanel(timeSeries(p))
+	}
+	return migrationRow(b)
+}
+
+// migrationRow is the "Migration from Redis" row: a shop's move from the
+// Redis design to the engine (package migration), per stage and backend.
+func migrationRow(b *dashboard.DashboardBuilder) *dashboard.DashboardBuilder {
+	b = b.WithRow(row("Migration from Redis"))
+	for _, p := range []panel{{
+		title:       "Kill switch",
+		description: "1 while the kill switch sends new reservations of shops switched to MySQL back to Redis (holdtime killswitch, or POST /killswitch?on= on the app's metrics server).",
+		unit:        unitCount,
+		queries:     []q{{"max(" + migKill + sel(selInstance) + ")", "kill switch"}},
+		thresholds:  thresholds(green, step{1, red}),
+		width:       6,
+	}, {
+		title:       "Shops per stage",
+		description: "Shops of the rollout's volume ranking per stage, the kill switch applied: redis (Redis the truth), shadow (Redis the truth, MySQL shadowed), mysql (MySQL the truth, Redis still written).",
+		unit:        unitCount,
+		queries:     []q{{"sum by (stage) (" + migShops + sel(selInstance) + ")", "{{stage}}"}},
+		width:       6,
+	}, {
+		title:       "Mismatches/s",
+		description: "Differences between the source of truth and the shadow per second. Each should trace to a fault (a shadow timeout, a restart, a killed connection); a steady rate without one means the two systems disagree about stock.",
+		unit:        unitPerSec,
+		queries:     []q{{"sum(" + rate(migMismatches, selInstance) + ")", "mismatches"}},
+		thresholds:  thresholds(green, step{0.01, orange}),
+		width:       12,
+	}} {
+		b = b.WithPanel(statPanel(p))
+	}
+	for _, p := range []panel{{
+		title:       "Reservations by stage and backend",
+		description: "Reserves per second by the shop's stage, the backend and its role (truth answers the customer, shadow is compared).",
+		unit:        unitPerSec,
+		queries: []q{{"sum by (stage, backend, role) (" + rate(migOps, selInstance, `operation="reserve"`) + ")",
+			"{{stage}} {{backend}} {{role}}"}},
+	}, {
+		title:       "Mismatches by kind",
+		description: "shadow_refused / truth_refused: one system sold out, the other not; lines: different quantities or groups; shadow_error: the shadow failed or timed out (the customer's call went on); claim / release: the two ended a hold differently.",
+		unit:        unitPerSec,
+		queries:     []q{{"sum by (kind, stage) (" + rate(migMismatches, selInstance) + ")", "{{kind}} ({{stage}})"}},
+	}, {
+		title:       "Latency p99 by backend and role",
+		description: "p99 of reservation calls per backend and role. A shadow's is bounded by Config.ShadowTimeout; the customer waits for the truth's plus at most that bound.",
+		unit:        unitSeconds,
+		queries: []q{{"histogram_quantile(0.99, sum by (le, backend, role) (" + rate(migDur, selInstance) + "))",
+			"{{backend}} {{role}}"}},
+	}, {
+		title:       "Errors and timeouts by backend",
+		description: "Calls that failed (error) or ran out of time (timeout) per backend and role: a truth's reach the customer, a shadow's only the mismatch count.",
+		unit:        unitPerSec,
+		queries: []q{{"sum by (operation, backend, role, outcome) (" + rate(migOps, selInstance, `outcome=~"error|timeout"`) + ")",
+			"{{operation}} {{backend}} {{role}} {{outcome}}"}},
+	}, {
+		title:       "Redis command time by tag",
+		description: "Seconds per second spent in Redis commands per conn_tag (the Redis design's counterpart of connection occupancy), timed around every command by the client.",
+		unit:        unitConnBusy,
+		queries:     []q{{"sum by (conn_tag) (" + rate(redisCmdSum, selInstance) + ")", "{{conn_tag}}"}},
 		stack:       true,
 	}} {
 		b = b.WithPanel(timeSeries(p))

@@ -159,6 +159,9 @@ func TestEveryPanelReturnsData(t *testing.T) {
 	sem := make(chan struct{}, 6)
 	var wg sync.WaitGroup
 	for _, q := range queries {
+		if needsMigration(q) {
+			continue // verified with a migration running: TestMigrationPanelsReturnData
+		}
 		if proxy == nil && needsProxySQL(q) {
 			if len(skipped) == 0 || skipped[len(skipped)-1] != q.Panel {
 				skipped = append(skipped, q.Panel)

@@ -27,7 +27,8 @@ type conn struct {
 	stmts       atomic.Int64
 	holdSpan    trace.Span
 	longTimer   *time.Timer
-	sessionID   int64 // see WithSessionID; 0 when unknown
+	sessionID   int64        // see WithSessionID; 0 when unknown
+	prof        *profileSlot // WithHoldProfile: this hold's sample, if sampled
 
 	// skipArgs remembers that the inner driver answered ErrSkip to an
 	// Exec/Query with arguments (go-sql-driver/mysql does unless

@@ -41,6 +41,9 @@ func (in *instr) borrow(ctx context.Context, c *conn, ts *tagState) {
 			c.holdSpan.SetAttributes(attribute.Int64("holdtime.session_id", c.sessionID))
 		}
 	}
+	if hp := in.cfg.holdProfile; hp != nil {
+		hp.sampleBorrow(c)
+	}
 	if in.cfg.longHold > 0 {
 		seq := c.holdSeq.Add(1)
 		stack := make([]uintptr, 48)
@@ -82,6 +85,9 @@ func (in *instr) giveBack(c *conn) {
 	if c.longTimer != nil {
 		c.longTimer.Stop()
 		c.longTimer = nil
+	}
+	if hp := in.cfg.holdProfile; hp != nil {
+		hp.endHold(c, m.name, in.cfg.poolName, held, held-active)
 	}
 	if in.cfg.histograms {
 		in.inst.useTime.Record(context.Background(), time.Duration(held).Seconds(), m.holdOpts...)

@@ -94,7 +94,7 @@ func newInstr(cfg config) (*instr, error) {
 		cfg:     cfg,
 		com:     newCommenter(cfg.format, cfg.static),
 		epoch:   time.Now(),
-		measure: cfg.metrics || cfg.tracerProvider != nil || cfg.longHold > 0,
+		measure: cfg.metrics || cfg.tracerProvider != nil || cfg.longHold > 0 || cfg.holdProfile != nil,
 		conns:   make(map[*conn]struct{}),
 	}
 	if cfg.tracerProvider != nil {

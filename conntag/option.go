@@ -26,6 +26,7 @@ type config struct {
 	onLongHold     func(LongHold)
 	queryText      bool
 	sessionID      bool
+	holdProfile    *HoldProfile
 }
 
 // DefaultMaxTags is the default cap on distinct tags in metrics.

@@ -49,22 +49,26 @@ type suite struct {
 	benchtime string // -test.benchtime
 	quick     string // -test.benchtime with -quick
 	oneCPU    bool   // run pinned to one CPU (taskset -c 0), the client and its server alike
+	// count repeats the benchmarks within a round (-test.count): a
+	// microbenchmark's least disturbed run of a round is its figure there
+	// (see results.get).
+	count int
 }
 
 var suites = []suite{
-	{name: "conntag, stub driver", module: ".", pkg: "./conntag", bench: "^BenchmarkStatement$", benchtime: "300000x", quick: "50000x"},
-	{name: "conntag vs otelsql, stub driver", module: "internal/benchcmp", pkg: ".", bench: "^BenchmarkOverhead$", benchtime: "300000x", quick: "50000x"},
+	{name: "conntag, stub driver", module: ".", pkg: "./conntag", bench: "^BenchmarkStatement$", benchtime: "100000x", quick: "30000x", count: 5},
+	{name: "conntag vs otelsql, stub driver", module: "internal/benchcmp", pkg: ".", bench: "^BenchmarkOverhead$", benchtime: "100000x", quick: "30000x", count: 5},
 	{name: "conntag, loopback", module: ".", pkg: "./conntag", bench: "^BenchmarkLoopback$", benchtime: "20000x", quick: "4000x", oneCPU: true},
 	{name: "reservation: engine vs baselines", module: ".", pkg: "./reservation", bench: "^BenchmarkEngineVsMinimal$", benchtime: "1200x", quick: "300x"},
 	{name: "reservation: refill convoy", module: ".", pkg: "./reservation", bench: "^BenchmarkRefillConvoy$", benchtime: "2000x", quick: "600x"},
 	{name: "reservation: claims and releases", module: ".", pkg: "./reservation", bench: "^(BenchmarkClaim|BenchmarkReleaseGroup)$", benchtime: "3000x", quick: "600x"},
-	{name: "collector: 10,000-session snapshot", module: ".", pkg: "./collector", bench: "^BenchmarkProcesslistSnapshot$", benchtime: "200x", quick: "50x"},
-	{name: "analyze: events log", module: ".", pkg: "./collector", bench: "^BenchmarkEventsLog$", benchtime: "20x", quick: "5x"},
+	{name: "collector: 10,000-session snapshot", module: ".", pkg: "./collector", bench: "^BenchmarkProcesslistSnapshot$", benchtime: "100x", quick: "50x", count: 3},
+	{name: "analyze: events log", module: ".", pkg: "./collector", bench: "^BenchmarkEventsLog$", benchtime: "10x", quick: "5x", count: 3},
 }
 
 // results are one round's figures: benchmark name (without the -N
-// GOMAXPROCS suffix) to unit to value.
-type results map[string]map[string]float64
+// GOMAXPROCS suffix) to unit to the values of its runs in the round.
+type results map[string]map[string][]float64
 
 func run(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("benchrun", flag.ContinueOnError)
@@ -122,7 +126,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 				bt = s.quick
 			}
 			argv := []string{bins[s.module+"|"+s.pkg], "-test.run", "^$", "-test.bench", s.bench,
-				"-test.benchtime", bt, "-test.benchmem"}
+				"-test.benchtime", bt, "-test.benchmem", "-test.count", strconv.Itoa(max(s.count, 1))}
 			if s.oneCPU {
 				if tp, err := exec.LookPath("taskset"); err == nil {
 					argv = append([]string{tp, "-c", "0"}, argv...)
@@ -218,7 +222,7 @@ func parse(r io.Reader, res results) {
 		f := strings.Fields(m[3])
 		units := res[m[1]]
 		if units == nil {
-			units = map[string]float64{}
+			units = map[string][]float64{}
 			res[m[1]] = units
 		}
 		for i := 0; i+1 < len(f); i += 2 {
@@ -226,7 +230,7 @@ func parse(r io.Reader, res results) {
 			if err != nil {
 				break
 			}
-			units[f[i+1]] = v
+			units[f[i+1]] = append(units[f[i+1]], v)
 		}
 	}
 }

@@ -28,14 +28,22 @@ type section struct {
 	figures []figure
 }
 
-// get is one result of one round.
+// get is one result of one round. A benchmark run several times in the
+// round (suite.count) counts its least disturbed run: the lowest cost
+// (ns/op, B/op, allocs/op, ms/…), the highest rate (…/s); any other unit
+// (a ratio) its median.
 func get(r results, bench, unit string) (float64, bool) {
-	u, ok := r[bench]
-	if !ok {
+	v := r[bench][unit]
+	switch {
+	case len(v) == 0:
 		return 0, false
+	case strings.HasSuffix(unit, "/s"):
+		return slices.Max(v), true
+	case strings.HasSuffix(unit, "/op"), strings.HasPrefix(unit, "ms/"):
+		return slices.Min(v), true
+	default:
+		return median(v), true
 	}
-	v, ok := u[unit]
-	return v, ok
 }
 
 func ratio(bench, unit, baseBench, baseUnit string) func(results) (float64, bool) {
@@ -236,7 +244,8 @@ func render(m machine, cmdline string, rounds int, quick bool, all []results, fa
 	p("because this machine is shared and noisy: absolute figures move with the neighbours' load, ratios of variants that ran ")
 	p("side by side much less. %d rounds; each round runs every suite once, in an order that rotates from round to round. ", rounds)
 	p("The value is the median over the rounds, the spread the lowest and highest round. A target marked *every run* is ")
-	p("checked on the worst round.")
+	p("checked on the worst round. The microbenchmarks (stub driver, collector, analyze) run several times in each round and ")
+	p("count their least disturbed run there.")
 	if quick {
 		p(" This was a **-quick** run: fewer iterations, wider spread.")
 	}

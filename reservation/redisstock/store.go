@@ -169,7 +169,7 @@ func (s *Store) Receive(ctx context.Context, k reservation.ItemKey, quantity int
 	ctx = conntag.WithTag(ctx, s.cfg.Tags.Stock)
 	if _, err := s.db.ExecContext(ctx, `INSERT INTO redisstock_ledger
 		(shop_id, inventory_item_id, inventory_group_id, on_hand) VALUES (?, ?, ?, ?)
-		ON DUPLICATE KEY UPDATE on_hand = on_hand + VALUES(on_hand)`, k.ShopID, k.ItemID, k.GroupID, quantity); err != nil {
+		ON DUPLICATE KEY UPDATE on_hand = on_hand + ?`, k.ShopID, k.ItemID, k.GroupID, quantity, quantity); err != nil {
 		return fmt.Errorf("redisstock: receive %+v in the ledger: %w", k, err)
 	}
 	if err := s.rdb.IncrBy(ctx, s.availKey(k), quantity).Err(); err != nil {

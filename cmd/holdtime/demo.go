@@ -189,7 +189,8 @@ func (d *demoCmd) run(ctx context.Context) error {
 	defer srv.Shutdown(context.WithoutCancel(ctx))
 	base := "http://" + ln.Addr().String()
 	fmt.Fprintf(d.out, "metrics    %s/metrics   (collector and app)\n", base)
-	fmt.Fprintf(d.out, "live view  holdtime top --collector %s\n\n", base)
+	fmt.Fprintf(d.out, "live view  holdtime top --collector %s\n", base)
+	hp := serveHoldProfile(mux, 10, d.out, base) // holdprofile.go
 	colCtx, stopCol := context.WithCancel(ctx)
 	colDone := make(chan struct{})
 	go func() { defer close(colDone); _ = col.Run(colCtx) }()
@@ -214,7 +215,7 @@ func (d *demoCmd) run(ctx context.Context) error {
 		return err
 	}
 	db := conntag.OpenDB(connector, conntag.WithMeterProvider(mp), conntag.WithTracerProvider(tp),
-		conntag.WithSessionID(), conntag.WithDBSystem(string(target.Flavor)), conntag.WithPoolName("shop"))
+		conntag.WithSessionID(), conntag.WithDBSystem(string(target.Flavor)), conntag.WithPoolName("shop"), conntag.WithHoldProfile(hp))
 	defer db.Close()
 	db.SetMaxOpenConns(d.poolSize)
 	db.SetMaxIdleConns(d.poolSize)
@@ -235,7 +236,9 @@ func (d *demoCmd) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := d.summary(before, after); err != nil || d.noRedisLesson {
+	err = d.summary(before, after)
+	writeHoldProfileLesson(d.out, hp, hogTag, base) // holdprofile.go
+	if err != nil || d.noRedisLesson {
 		return err
 	}
 	return redisLesson(ctx, d.out, target) // demo_redis.go

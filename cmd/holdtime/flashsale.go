@@ -131,7 +131,7 @@ which it creates the engine's tables (inventory_*) and sells in a shop of its ow
 	fl.DurationVar(&f.abandonTTL, "abandon-ttl", time.Millisecond, "hold time of abandoned carts before they expire")
 	fl.DurationVar(&f.txWork, "tx-work", 0, "application work inside the reserve transaction, holding its locks")
 	fl.DurationVar(&f.duration, "duration", 0, "stop admitting buyers after this long (0: until every buyer is done)")
-	fl.StringVar(&f.metricsAddr, "metrics-listen", "", "serve the sale's app-side metrics (conntag, reservation engine) on this address at /metrics while it runs, e.g. 127.0.0.1:9480")
+	fl.StringVar(&f.metricsAddr, "metrics-listen", "", "serve the sale's app-side metrics (conntag, reservation engine) on this address at /metrics, and conntag's hold profile at /debug/holdtime/profile, while it runs, e.g. 127.0.0.1:9480")
 	fl.StringVar(&f.otlpEndpoint, "otlp-endpoint", "", "send conntag's spans (hold and statement, with the session id) over OTLP/HTTP to this URL, e.g. http://127.0.0.1:9479/v1/traces (holdtime collect --otlp)")
 	fl.DurationVar(&f.timeout, "timeout", 10*time.Second, "how long to wait for --dsn's server to accept a connection and log in")
 	fl.StringVar(&f.backend, "backend", "mysql", "mysql (the engine), redis (the design it replaced) or shadow (Redis the truth, MySQL shadowed)")
@@ -259,6 +259,7 @@ func (f *flashsaleCmd) run(ctx context.Context) error {
 		}
 		defer stop()
 		cfg.MeterProvider, f.mux = mp, mux
+		cfg.HoldProfile = serveHoldProfile(mux, 0, nil, "") // holdprofile.go
 	}
 	if f.otlpEndpoint != "" {
 		db, stop, err := flashsaleSpanDB(ctx, f.otlpEndpoint, mc, cfg)

@@ -61,6 +61,9 @@ type Config struct {
 	// TracerProvider, when set, receives conntag's spans (holds and
 	// statements) of the pool Run opens from MySQL.
 	TracerProvider trace.TracerProvider
+	// HoldProfile, when set, records which code holds the connections of
+	// the pool Run opens from MySQL (conntag.WithHoldProfile).
+	HoldProfile *conntag.HoldProfile
 	// Backend is the reservation system to sell through. Default: the
 	// engine with Strategy, on DB.
 	Backend Backend
@@ -222,6 +225,9 @@ func openDB(cfg Config) (*sql.DB, error) {
 	}
 	if cfg.TracerProvider != nil {
 		opts = append(opts, conntag.WithTracerProvider(cfg.TracerProvider))
+	}
+	if cfg.HoldProfile != nil {
+		opts = append(opts, conntag.WithHoldProfile(cfg.HoldProfile))
 	}
 	db := conntag.OpenDB(connector, opts...)
 	// Every buyer holds a connection for a whole reserve; the engine's

@@ -25,7 +25,7 @@ func TestDemoTellsTheStory(t *testing.T) {
 	var stdout bytes.Buffer
 	d := &demoCmd{}
 	cmd := newDemoCmdFor(d)
-	cmd.SetArgs([]string{"--duration", "22s", "--slow-call", "100ms", "--no-proxysql", "--color", "always"})
+	cmd.SetArgs([]string{"--duration", "22s", "--slow-call", "100ms", "--no-proxysql", "--no-redis-lesson", "--color", "always"})
 	cmd.SetOut(&stdout)
 	cmd.SetErr(io.Discard)
 	if err := cmd.ExecuteContext(context.Background()); err != nil {

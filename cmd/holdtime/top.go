@@ -217,7 +217,7 @@ func (t *topCmd) run(ctx context.Context) error {
 	if t.collectorURL != "" {
 		u, _ := url.Parse(strings.TrimRight(t.collectorURL, "/")) // validated
 		src = &httpTop{base: u.String(), shown: u.Redacted(), client: &http.Client{Timeout: 5 * time.Second}}
-		down = "collector " + u.Redacted()
+		down = "collector" // the error names its address
 	} else {
 		local, err := startLocalTop(ctx, t.proxysqlDSNs, t.mysqlDSNs, t.timeout)
 		if err != nil {

@@ -316,7 +316,7 @@ func TestTopRetriesALostCollector(t *testing.T) {
 	out.waitFor(t, "first refresh", 20*time.Second, func(s string) bool { return strings.Contains(s, "app/otlp waiting") })
 	srv.Close()
 	out.waitFor(t, "DOWN", 20*time.Second, func(s string) bool {
-		return strings.Contains(s, "collector http://"+addr+" DOWN: cannot reach the collector")
+		return strings.Contains(s, "collector DOWN: cannot reach the collector at http://"+addr)
 	})
 	ln, err = net.Listen("tcp", addr)
 	if err != nil {
@@ -330,6 +330,22 @@ func TestTopRetriesALostCollector(t *testing.T) {
 	})
 	if code, stderr := stop(); code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr)
+	}
+
+	// --json goes on too, one document per refresh, an error one while
+	// the collector is away.
+	js := newFrames()
+	stop = startTop(t, js, "--collector", "http://"+addr, "--interval", "100ms", "--json")
+	js.waitFor(t, "first document", 20*time.Second, func(s string) bool { return strings.Contains(s, `"rows"`) })
+	srv.Close()
+	out2 := js.waitFor(t, "an error document", 20*time.Second, func(s string) bool { return strings.Contains(s, `"error"`) })
+	if code, stderr := stop(); code != 0 {
+		t.Fatalf("--json: exit %d: %s", code, stderr)
+	}
+	for _, l := range strings.Split(strings.TrimSpace(out2), "\n") {
+		if !json.Valid([]byte(l)) {
+			t.Errorf("--json line is not a JSON document: %q", l)
+		}
 	}
 }
 

@@ -114,6 +114,17 @@ type Phase struct {
 	// Counters are the backend's counters (Counting) during the phase, such
 	// as a migration's mismatches by kind.
 	Counters map[string]int64
+	// Checked is how many of the phase's reservations a TruthStater backend
+	// was asked about after the sale, Wrong how many its source of truth
+	// disagreed with the customer on: claimed but not paid, paid but not
+	// claimed, or still held at rest.
+	Checked, Wrong int64
+}
+
+// TruthStater is a Backend that can say what a reservation's source of
+// truth says of it (its state), for the per-phase books.
+type TruthStater interface {
+	TruthState(ctx context.Context, shopID uint64, reservationID string) (reservation.State, error)
 }
 
 // Counting is a Backend that counts things worth a column per phase.
@@ -297,7 +308,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	defer stop()
 
 	s := &sale{cfg: cfg, b: b, shops: shops, latencies: make([]time.Duration, cfg.Buyers), paid: map[reservation.ItemKey]int64{},
-		phaseOf: make([]int, cfg.Buyers), phaseStart: make([]time.Time, len(cfg.Events)+1),
+		phaseOf: make([]int, cfg.Buyers), shopOf: make([]uint64, cfg.Buyers), paidOf: make([]bool, cfg.Buyers), phaseStart: make([]time.Time, len(cfg.Events)+1),
 		phaseCounters: make([]map[string]int64, len(cfg.Events)+1)}
 	var events sync.WaitGroup
 	defer events.Wait()
@@ -373,7 +384,30 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	}
 	r, err := s.report(ctx, keys, elapsed)
 	r.Phases = s.phases(end, endCounters)
+	if ts, ok := b.(TruthStater); ok && err == nil {
+		err = s.checkPhases(ctx, ts, r.Phases)
+	}
 	return r, err
+}
+
+// checkPhases asks the source of truth of every reservation of the sale
+// whether it agrees with its customer, per phase.
+func (s *sale) checkPhases(ctx context.Context, ts TruthStater, phases []Phase) error {
+	for b := range min(len(s.phaseOf), int(s.started.Load())) {
+		if s.latencies[b] == 0 {
+			continue // never reserved
+		}
+		st, err := ts.TruthState(ctx, s.shopOf[b], fmt.Sprintf("buyer-%d", b))
+		if err != nil {
+			return fmt.Errorf("flashsale: books of buyer %d: %w", b, err)
+		}
+		ph := &phases[s.phaseOf[b]]
+		ph.Checked++
+		if (st == reservation.StateClaimed) != s.paidOf[b] || st == reservation.StateHeld {
+			ph.Wrong++
+		}
+	}
+	return nil
 }
 
 // counters reads a Counting backend's counters (nil otherwise).
@@ -441,6 +475,8 @@ type sale struct {
 	restarts      atomic.Int64
 	eventErr      atomic.Pointer[error]
 	phaseOf       []int       // by buyer
+	shopOf        []uint64    // by buyer
+	paidOf        []bool      // by buyer: its claim succeeded
 	phaseStart    []time.Time // written by the buyer that starts the phase, read after the sale
 	phaseCounters []map[string]int64
 	mu            sync.Mutex
@@ -454,6 +490,7 @@ const attempts = 50
 func (s *sale) buy(ctx context.Context, b int) {
 	cfg := s.cfg
 	p := reservation.ReserveParams{ShopID: s.pickShop(), ReservationID: fmt.Sprintf("buyer-%d", b)}
+	s.shopOf[b] = p.ShopID
 	groups := make([]uint64, cfg.Locations)
 	for i := range groups {
 		groups[i] = uint64(i + 1)
@@ -526,6 +563,7 @@ func (s *sale) buy(ctx context.Context, b int) {
 			}
 			s.mu.Unlock()
 			paid = true
+			s.paidOf[b] = true
 			return
 		}
 		switch {

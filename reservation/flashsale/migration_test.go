@@ -112,7 +112,11 @@ func TestMigrationDuringSale(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, p := range r.Phases {
-		t.Logf("%-24s buyers %4d reserves %4d %6.0f/s mismatches %v", p.Name, p.Buyers, p.Reserves, p.Throughput, p.Counters)
+		t.Logf("%-24s buyers %4d reserves %4d %6.0f/s mismatches %v, books %d checked %d wrong", p.Name, p.Buyers,
+			p.Reserves, p.Throughput, p.Counters, p.Checked, p.Wrong)
+		if p.Wrong != 0 || p.Checked != p.Reserves {
+			t.Errorf("phase %s: %d of %d reservations checked, %d disagree with their customer", p.Name, p.Checked, p.Reserves, p.Wrong)
+		}
 	}
 	t.Logf("%+v", r)
 	if r.Oversold != 0 || r.Undersold != 0 || r.Leaked != 0 || r.FailedCalls != 0 || r.LostHolds != 0 || r.Paid == 0 {

@@ -1,8 +1,10 @@
 package migration
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -11,6 +13,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/holdtime/holdtime/conntag"
 	"github.com/holdtime/holdtime/reservation"
@@ -193,7 +197,10 @@ func TestInFlightReservationsHonoured(t *testing.T) {
 func TestShadowNeverSlowsTheCustomer(t *testing.T) {
 	ctx := context.Background()
 	const shop, bound = 6, 200 * time.Millisecond
-	e := setup(t, Config{ShadowTimeout: bound}, testenv.PersistenceNone, 10, shop)
+	var logged bytes.Buffer
+	reader := sdkmetric.NewManualReader()
+	e := setup(t, Config{ShadowTimeout: bound, Logger: slog.New(slog.NewTextHandler(&logged, nil)), SampleInterval: time.Hour,
+		MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))}, testenv.PersistenceNone, 10, shop)
 	e.r.SetRollout(Rollout{Shadow: Plan{Shops: []uint64{shop}}})
 	lockDB := e.db.Open(t)
 	conn, err := lockDB.Conn(ctx)
@@ -207,7 +214,11 @@ func TestShadowNeverSlowsTheCustomer(t *testing.T) {
 	start := time.Now()
 	res, err := e.r.Reserve(ctx, cart(shop, "c1"))
 	took := time.Since(start)
+	res2, err2 := e.r.Reserve(ctx, cart(shop, "c2"))
 	conn.ExecContext(ctx, "UNLOCK TABLES")
+	if err2 != nil || res2.State != reservation.StateHeld {
+		t.Fatalf("second reservation: %+v, %v", res2, err2)
+	}
 	if err != nil || res.State != reservation.StateHeld {
 		t.Fatalf("the customer's reservation failed with the shadow hung: %+v, %v", res, err)
 	}
@@ -216,8 +227,47 @@ func TestShadowNeverSlowsTheCustomer(t *testing.T) {
 	if took > bound+2*time.Second {
 		t.Fatalf("reserve took %v with ShadowTimeout %v", took, bound)
 	}
-	if got := e.r.Mismatches()[KindShadowError]; got != 1 {
-		t.Fatalf("shadow errors counted %d, want 1: %+v", got, e.seen)
+	if got := e.r.Mismatches()[KindShadowError]; got != 2 {
+		t.Fatalf("shadow errors counted %d, want 2: %+v", got, e.seen)
+	}
+	// Samples: one per kind per SampleInterval.
+	if n := strings.Count(logged.String(), "migration mismatch"); n != 1 || !strings.Contains(logged.String(), "reservation=c1") {
+		t.Fatalf("want one sample (c1) of two mismatches within SampleInterval, logged:\n%s", logged.String())
+	}
+	// Metrics: the truth's and the shadow's calls per stage and backend,
+	// and the mismatches by kind.
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(ctx, &rm); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int64{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if sum, ok := m.Data.(metricdata.Sum[int64]); ok {
+				for _, dp := range sum.DataPoints {
+					var parts []string
+					for _, kv := range dp.Attributes.ToSlice() {
+						parts = append(parts, string(kv.Key)+"="+kv.Value.Emit())
+					}
+					got[m.Name+" "+strings.Join(parts, ",")] += dp.Value
+				}
+			}
+		}
+	}
+	for want, n := range map[string]int64{
+		"holdtime.migration.operations backend=redis,operation=reserve,outcome=ok,role=truth,stage=shadow": 2,
+		"holdtime.migration.mismatches kind=shadow_error,stage=shadow":                                     2,
+	} {
+		if got[want] != n {
+			t.Errorf("%s = %d, want %d; got %v", want, got[want], n, got)
+		}
+	}
+	// The shadow ran out of time; the driver may report that as the
+	// deadline or as the connection it closed to stop the statement.
+	shadowFailed := got["holdtime.migration.operations backend=mysql,operation=reserve,outcome=timeout,role=shadow,stage=shadow"] +
+		got["holdtime.migration.operations backend=mysql,operation=reserve,outcome=error,role=shadow,stage=shadow"]
+	if shadowFailed != 2 {
+		t.Errorf("shadow reserves that timed out or failed: %d, want 2; got %v", shadowFailed, got)
 	}
 	if !strings.Contains(e.seen[0].Shadow, "timeout") && e.seen[0].Shadow != "error" {
 		t.Fatalf("sample %+v", e.seen[0])

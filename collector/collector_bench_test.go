@@ -46,7 +46,7 @@ func BenchmarkProcesslistSnapshot(b *testing.B) {
 	for _, withEvents := range []bool{false, true} {
 		b.Run(fmt.Sprintf("sample/events=%v", withEvents), func(b *testing.B) {
 			st := newStore(1000, time.Now)
-			ps := newProxySQLSessions("px", st, ProcesslistConfig{}, withEvents, false, 10*time.Second)
+			ps := newProxySQLSessions("px", st, ProcesslistConfig{}, withEvents, false, 10*time.Second, nil)
 			at := time.Unix(1_800_000_000, 0)
 			ps.sample(at, rows) // warm: sessions and tags known
 			b.ReportAllocs()

@@ -145,7 +145,7 @@ func TestOTLPRejectsGarbage(t *testing.T) {
 // session id names the tag of sampled hold the processlist could not.
 func TestSessionHintTagsIdleTransaction(t *testing.T) {
 	st := newStore(10, time.Now)
-	ps := newProxySQLSessions("px", st, ProcesslistConfig{}, false, true, 5*time.Second)
+	ps := newProxySQLSessions("px", st, ProcesslistConfig{}, false, true, 5*time.Second, nil)
 	at := time.Unix(1_800_000_000, 0)
 	idle := ProcesslistRow{SessionID: 42, SrvHost: sql.NullString{String: "db", Valid: true}}
 	for i := range 5 {
@@ -184,7 +184,7 @@ func TestTailerRotationAndTruncation(t *testing.T) {
 	appendTo(f1, line(1, 1e6, "/* conn_tag:old */ SELECT 1")) // before the tailer: not read
 	st := newStore(10, time.Now)
 	c := &Collector{cfg: Config{MaxBackoff: time.Second, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, st: st}
-	ps := newProxySQLSessions("px", st, ProcesslistConfig{}, true, false, time.Second)
+	ps := newProxySQLSessions("px", st, ProcesslistConfig{}, true, false, time.Second, nil)
 	tl := &tailer{path: prefix, poll: time.Millisecond, c: c, target: "px", sessions: ps, buf: make([]byte, 64)}
 	step := func(first bool) {
 		t.Helper()
@@ -441,7 +441,7 @@ func TestFloodOfBogusTags(t *testing.T) {
 		}
 		t.Run(name, func(t *testing.T) {
 			st := newStore(100, time.Now)
-			ps := newProxySQLSessions("px", st, ProcesslistConfig{}, withEvents, false, time.Second)
+			ps := newProxySQLSessions("px", st, ProcesslistConfig{}, withEvents, false, time.Second, nil)
 			rows := make([]ProcesslistRow, sessions)
 			for i := range rows {
 				rows[i] = ProcesslistRow{SessionID: int64(i), SrvHost: sql.NullString{String: "db", Valid: true},
@@ -597,7 +597,7 @@ func TestSessionHintsNameTheirOwnBorrow(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			st := newStore(10, time.Now)
-			ps := newProxySQLSessions("px", st, ProcesslistConfig{}, false, true, 5*time.Second)
+			ps := newProxySQLSessions("px", st, ProcesslistConfig{}, false, true, 5*time.Second, nil)
 			held := ProcesslistRow{SessionID: 42, SrvHost: sql.NullString{String: "db", Valid: true}}
 			free := ProcesslistRow{SessionID: 42}
 			for i := range 80 { // every 100 ms: cart idle 0-0.4, pay idle 0.8-1.4

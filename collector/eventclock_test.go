@@ -185,7 +185,7 @@ func TestFollowedLogRejectsAbsurdTimes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ps := newProxySQLSessions("px", c.st, ProcesslistConfig{}, true, false, time.Second)
+	ps := newProxySQLSessions("px", c.st, ProcesslistConfig{}, true, false, time.Second, nil)
 	tl := &tailer{path: path, poll: time.Millisecond, c: c, target: "px", sessions: ps, buf: make([]byte, 4096)}
 	defer tl.closeFile()
 	appendLine := func(s string) {
@@ -276,7 +276,7 @@ func TestTailerReportsRemovedLog(t *testing.T) {
 				t.Fatal(err)
 			}
 			wait := pollWaiter(c)
-			ps := newProxySQLSessions("px", c.st, ProcesslistConfig{}, true, false, time.Second)
+			ps := newProxySQLSessions("px", c.st, ProcesslistConfig{}, true, false, time.Second, nil)
 			tl := &tailer{path: prefix, poll: 5 * time.Millisecond, c: c, target: "px", sessions: ps}
 			c.st.register("px", SourceProxySQLEvents)
 			ctx, cancel := context.WithCancel(context.Background())

@@ -198,7 +198,7 @@ func FuzzEventsLog(f *testing.F) {
 			t.Fatal(err)
 		}
 		h := c.Handler()
-		ps := newProxySQLSessions("px", c.st, ProcesslistConfig{}, true, false, time.Second)
+		ps := newProxySQLSessions("px", c.st, ProcesslistConfig{}, true, false, time.Second, nil)
 		tl := &tailer{c: c, target: "px", sessions: ps, name: "events.log"}
 		a, b := min(int(cut1), len(log)), min(int(cut2), len(log))
 		a, b = min(a, b), max(a, b)

@@ -71,6 +71,11 @@ type SourceStatus struct {
 	// Failure is the kind of LastError: whether waiting can help, and what
 	// to fix when it cannot.
 	Failure Failure `json:"failure,omitempty"`
+	// Malformed counts rows and lines the source rejected (a digest row
+	// whose tag only corrupt text shows, a line that does not parse);
+	// MalformedSample is the latest of them, cut short.
+	Malformed       float64 `json:"malformed,omitempty"`
+	MalformedSample string  `json:"malformed_sample,omitempty"`
 }
 
 // push reports whether figures of source arrive on their own rather than
@@ -80,7 +85,8 @@ func push(s Source) bool { return s == SourceOTLP }
 // status is the health of one series now. Callers hold mu.
 func (s *store) status(k seriesKey, sr *series, now time.Time) SourceStatus {
 	st := SourceStatus{Target: k.target, Source: k.source, Layer: k.source.Layer(), Headline: s.isHeadline(k),
-		LastSuccess: sr.lastSuccess.UTC(), LastError: sr.lastError, Failure: sr.failure}
+		LastSuccess: sr.lastSuccess.UTC(), LastError: sr.lastError, Failure: sr.failure,
+		Malformed: sr.malformed, MalformedSample: sr.malformedSample}
 	if sr.lastSuccess.IsZero() {
 		st.LastSuccess = time.Time{}
 	}

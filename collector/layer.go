@@ -110,8 +110,12 @@ type TopRow struct {
 	Statements          float64 `json:"statements"`
 	StatementsPerSecond float64 `json:"statements_per_second"`
 	Errors              float64 `json:"errors"`
-	Sessions            int     `json:"sessions"`
-	PinnedSessions      int     `json:"pinned_sessions"`
+	// WaitSeconds is the time the tag's statements waited for a
+	// connection (proxy: for a ProxySQL backend): what the tag suffers,
+	// beside what it holds.
+	WaitSeconds    float64 `json:"wait_seconds"`
+	Sessions       int     `json:"sessions"`
+	PinnedSessions int     `json:"pinned_sessions"`
 	// Source is where the figures above come from.
 	Source Source `json:"source"`
 	// Stale is set when a target of Source is down: the figures are what
@@ -137,6 +141,7 @@ type LayerFigures struct {
 	Statements           float64  `json:"statements"`
 	StatementsPerSecond  float64  `json:"statements_per_second"`
 	Errors               float64  `json:"errors"`
+	WaitSeconds          float64  `json:"wait_seconds"`
 	Sessions             int      `json:"sessions"`
 	PinnedSessions       int      `json:"pinned_sessions"`
 	Source               Source   `json:"source"`
@@ -158,6 +163,7 @@ type SourceFigures struct {
 	ActiveSeconds        float64  `json:"active_seconds"`
 	Statements           float64  `json:"statements"`
 	Errors               float64  `json:"errors"`
+	WaitSeconds          float64  `json:"wait_seconds"`
 	Sessions             int      `json:"sessions"`
 	PinnedSessions       int      `json:"pinned_sessions"`
 	Targets              []string `json:"targets"`
@@ -301,7 +307,7 @@ func (r *TopRow) pick(l Layer, src Source) bool {
 		}
 		r.Layer, r.Source = src.Layer(), src
 		r.set(&LayerFigures{Occupancy: sf.Occupancy, HoldSeconds: sf.HoldSeconds, IdleHoldSeconds: sf.IdleHoldSeconds,
-			ActiveSeconds: sf.ActiveSeconds, Statements: sf.Statements, Errors: sf.Errors, Sessions: sf.Sessions,
+			ActiveSeconds: sf.ActiveSeconds, Statements: sf.Statements, Errors: sf.Errors, WaitSeconds: sf.WaitSeconds, Sessions: sf.Sessions,
 			PinnedSessions: sf.PinnedSessions, Source: src, Stale: sf.Stale, StatementsLowerBound: sf.StatementsLowerBound,
 			IdleShare: share(sf.IdleHoldSeconds, sf.HoldSeconds), StatementsPerSecond: sf.Statements / divisor(sf.CoveredSeconds)})
 		return true
@@ -325,6 +331,7 @@ func (r *TopRow) pick(l Layer, src Source) bool {
 func (r *TopRow) set(lf *LayerFigures) {
 	r.Occupancy, r.IdleShare, r.HoldSeconds, r.IdleHoldSeconds = lf.Occupancy, lf.IdleShare, lf.HoldSeconds, lf.IdleHoldSeconds
 	r.ActiveSeconds, r.Statements, r.StatementsPerSecond, r.Errors = lf.ActiveSeconds, lf.Statements, lf.StatementsPerSecond, lf.Errors
+	r.WaitSeconds = lf.WaitSeconds
 	r.Sessions, r.PinnedSessions, r.Source, r.Stale = lf.Sessions, lf.PinnedSessions, lf.Source, lf.Stale
 	r.StatementsLowerBound = lf.StatementsLowerBound
 }
@@ -418,6 +425,7 @@ func (s *store) top(w time.Duration) ([]TopRow, map[Layer]*LayerStatus) {
 			sf.ActiveSeconds += sum.active
 			sf.Statements += sum.stmts
 			sf.Errors += sum.errors
+			sf.WaitSeconds += sum.wait
 			sf.Occupancy += sum.hold / divisor(cov)
 			sf.Sessions += sessions
 			sf.PinnedSessions += pinned
@@ -440,6 +448,7 @@ func (s *store) top(w time.Duration) ([]TopRow, map[Layer]*LayerStatus) {
 			lf.ActiveSeconds += sum.active
 			lf.Statements += sum.stmts
 			lf.Errors += sum.errors
+			lf.WaitSeconds += sum.wait
 			lf.Targets = append(lf.Targets, k.target)
 			lf.Stale = lf.Stale || !sr.up
 			lf.StatementsLowerBound = lf.StatementsLowerBound || lowerBound
@@ -504,7 +513,7 @@ func (r *TopRow) layer(l Layer, headline Source) *LayerFigures {
 }
 
 // TopSortKeys are the keys SortTop and /api/v1/top?sort= accept.
-var TopSortKeys = []string{"occupancy", "hold", "idle", "idle_share", "active", "statements", "errors", "sessions", "pinned", "tag"}
+var TopSortKeys = []string{"occupancy", "hold", "idle", "idle_share", "active", "statements", "errors", "wait", "sessions", "pinned", "tag"}
 
 // SortTop orders rows by key, largest first (tag: alphabetical; ties by
 // tag). An unknown key sorts by occupancy.
@@ -525,6 +534,8 @@ func sortTop(rows []TopRow, key string) {
 			return r.Statements
 		case "errors":
 			return r.Errors
+		case "wait":
+			return r.WaitSeconds
 		case "sessions":
 			return float64(r.Sessions)
 		case "pinned":

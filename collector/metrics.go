@@ -23,6 +23,7 @@ type metricsCollector struct {
 
 	layerHold, layerIdle, layerActive *prometheus.Desc
 	layerStmts, layerErrs             *prometheus.Desc
+	wait, layerWait, waiting          *prometheus.Desc
 	layerSessions, layerSource        *prometheus.Desc
 }
 
@@ -41,6 +42,10 @@ func newMetricsCollector(s *store) *metricsCollector {
 		active: d("holdtime_collector_active_seconds_total", "Seconds spent inside statements, per tag."+perSource, tagLabels, nil),
 		stmts:  d("holdtime_collector_statements_total", "Statements per tag (events log, digests, server statement history, app spans)."+perSource, tagLabels, nil),
 		errs:   d("holdtime_collector_statement_errors_total", "Statements that failed, per tag."+perSource, tagLabels, nil),
+
+		wait:      d("holdtime_collector_wait_seconds_total", "Seconds statements waited for a connection, per tag: at ProxySQL, for a backend (sessions with no backend in state Connect; the tag comes from what the session ran next, the events log or an app span, else unknown). Not part of hold."+perSource, tagLabels, nil),
+		layerWait: d("holdtime_collector_layer_wait_seconds_total", "Seconds statements waited for a connection per tag at a layer (proxy: for a ProxySQL backend), from the layer's headline source: the tags that suffer, beside holdtime_collector_layer_hold_seconds_total, the tags that cause it.", layerLabels, nil),
+		waiting:   d("holdtime_proxysql_waiting_sessions", "ProxySQL client sessions waiting for a backend connection now (sampled from stats_mysql_processlist).", []string{"target"}, nil),
 
 		layerHold:     d("holdtime_collector_layer_hold_seconds_total", "Seconds connections were held per tag at a layer (app: client pool, proxy: ProxySQL backend, server: MySQL connection), from the layer's headline source (holdtime_collector_layer_source). rate() is occupancy; sum over target, never over layer.", layerLabels, nil),
 		layerIdle:     d("holdtime_collector_layer_idle_hold_seconds_total", "Seconds connections were held with no statement running, per tag and layer, from the layer's headline source.", layerLabels, nil),
@@ -82,7 +87,8 @@ func (m *metricsCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{m.hold, m.idle, m.active, m.stmts, m.errs, m.sessions, m.pinned, m.pinnedSecs,
 		m.poolConns, m.poolErrs, m.poolQueries, m.poolLatency, m.clientConns, m.activeTrx, m.getFails,
 		m.trx, m.trxAge, m.rowsLocked, m.waits, m.up, m.lastSuccess, m.overflow, m.bad, m.state, m.degraded,
-		m.layerHold, m.layerIdle, m.layerActive, m.layerStmts, m.layerErrs, m.layerSessions, m.layerSource} {
+		m.layerHold, m.layerIdle, m.layerActive, m.layerStmts, m.layerErrs, m.layerSessions, m.layerSource,
+		m.wait, m.layerWait, m.waiting} {
 		ch <- d
 	}
 }
@@ -117,6 +123,9 @@ func (m *metricsCollector) Collect(ch chan<- prometheus.Metric) {
 				ch <- prometheus.MustNewConstMetric(m.layerActive, c, e.total.active, t, layer, tag)
 				ch <- prometheus.MustNewConstMetric(m.layerStmts, c, e.total.stmts, t, layer, tag)
 				ch <- prometheus.MustNewConstMetric(m.layerErrs, c, e.total.errors, t, layer, tag)
+				if k.source.Layer() == LayerProxy {
+					ch <- prometheus.MustNewConstMetric(m.layerWait, c, e.total.wait, t, layer, tag)
+				}
 			}
 		}
 		if gs := sr.gauges; gs != nil && layer != "" && gaugeSource(k.source.Layer()) == k.source &&
@@ -136,6 +145,9 @@ func (m *metricsCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(m.active, c, e.total.active, t, src, tag)
 			ch <- prometheus.MustNewConstMetric(m.stmts, c, e.total.stmts, t, src, tag)
 			ch <- prometheus.MustNewConstMetric(m.errs, c, e.total.errors, t, src, tag)
+			if k.source == SourceProxySQLProcesslist || k.source == SourceProxySQLEvents {
+				ch <- prometheus.MustNewConstMetric(m.wait, c, e.total.wait, t, src, tag)
+			}
 			for reason, v := range e.pinnedSecs {
 				ch <- prometheus.MustNewConstMetric(m.pinnedSecs, c, v, t, tag, reason)
 			}
@@ -149,6 +161,9 @@ func (m *metricsCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		for tr, n := range gs.pinned {
 			ch <- prometheus.MustNewConstMetric(m.pinned, g, float64(n), t, tr[0], tr[1])
+		}
+		if k.source == SourceProxySQLProcesslist {
+			ch <- prometheus.MustNewConstMetric(m.waiting, g, float64(gs.waiting), t)
 		}
 		for _, p := range gs.pool {
 			hg := strconv.FormatInt(p.Hostgroup, 10)

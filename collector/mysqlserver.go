@@ -32,7 +32,7 @@ func isCollectorStatement(q string) bool { return strings.HasPrefix(q, Collector
 const (
 	// Sessions and their InnoDB transaction. INNODB_TRX lists a transaction
 	// once it has touched InnoDB (BEGIN alone does not show).
-	queryServerSessions = CollectorMarker + `SELECT p.ID, p.COMMAND, p.INFO, t.trx_id IS NOT NULL, ` +
+	queryServerSessions = CollectorMarker + `SELECT p.ID, p.HOST, p.COMMAND, p.INFO, t.trx_id IS NOT NULL, ` +
 		`COALESCE(TIMESTAMPDIFF(SECOND, t.trx_started, NOW()), 0), COALESCE(t.trx_rows_locked, 0) ` +
 		`FROM information_schema.PROCESSLIST p LEFT JOIN information_schema.INNODB_TRX t ON t.trx_mysql_thread_id = p.ID ` +
 		`WHERE p.ID <> CONNECTION_ID() AND p.USER <> 'system user' ` +
@@ -144,6 +144,7 @@ type serverSession struct {
 
 type serverRow struct {
 	id         int64
+	host       string // client address, host:port for TCP: a ProxySQL backend's l_srv_host:l_srv_port
 	command    string
 	info       sql.NullString
 	inTrx      bool
@@ -200,6 +201,21 @@ type mysqlTarget struct {
 	stmts     []stmtRow  // reused
 	fresh     []*stmtRow // reused
 	stmtAt    time.Time  // when the statements query was sent: the time of timerNow
+	stmtDone  time.Time  // when its answer had been read
+
+	// join publishes each connection's statements for the proxy↔server
+	// join; joinBuf collects those of one poll (server timer).
+	join    *serverJoin
+	joinBuf []joinRaw
+}
+
+// joinRaw is a completed statement before its times are mapped to the
+// collector's clock.
+type joinRaw struct {
+	pid        int64
+	kind       joinStmtKind
+	tag        string
+	start, end uint64 // server timer, picoseconds
 }
 
 func newMySQLTarget(c *Collector, cfg MySQLConfig) (*mysqlTarget, error) {
@@ -216,7 +232,7 @@ func newMySQLTarget(c *Collector, cfg MySQLConfig) (*mysqlTarget, error) {
 	}
 	return &mysqlTarget{c: c, cfg: cfg, secret: mc.Passwd, user: mc.User, db: db, causes: mc.Logger.(*causeLogger),
 		sessions: map[int64]*serverSession{}, maxGap: max(4*cfg.Interval, time.Second), batch: map[string]*tagDelta{},
-		seenStmts: map[stmtKey]uint64{}, running: map[stmtKey]*runningStmt{}}, nil
+		seenStmts: map[stmtKey]uint64{}, running: map[stmtKey]*runningStmt{}, join: newServerJoin()}, nil
 }
 
 func (m *mysqlTarget) start(ctx context.Context, wg *sync.WaitGroup) {
@@ -257,6 +273,9 @@ func (m *mysqlTarget) tagOfStatement(q string) (string, bool) {
 		if driverStatement(b) {
 			return "", false
 		}
+		if mayBeTruncated(b) {
+			return UnknownTag, true // its tag may have been cut off with its end
+		}
 		return UntaggedTag, true
 	}
 	return string(t), true
@@ -277,6 +296,15 @@ func driverStatement(q []byte) bool {
 		return bytes.EqualFold(bytes.TrimSpace(rest), []byte("CONNECTION_ID()"))
 	}
 	return false
+}
+
+// proxySQLSync reports whether an untagged statement may be one ProxySQL
+// sent by itself to a backend to give it the client session's settings
+// (SET sql_mode, time_zone, ... before the client's statement): it names
+// no client session's work.
+func proxySQLSync(q string) bool {
+	kw, _ := firstWord(skipLeadingComments([]byte(q)))
+	return eqFold(kw, "SET")
 }
 
 // boundary reports whether a statement starts or ends a transaction.
@@ -321,6 +349,7 @@ func (m *mysqlTarget) pollLocked(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	m.stmtDone = time.Now()
 	waits, err := m.queryLockWaits(ctx)
 	if err != nil {
 		return err
@@ -385,6 +414,7 @@ func (m *mysqlTarget) forget() {
 	m.watermark, m.lastMax = 0, stmtKey{}
 	clear(m.seenStmts)
 	clear(m.running)
+	m.join.reset()
 }
 
 // mysqlErrNumber returns the server's error number, 0 for other errors.
@@ -523,11 +553,12 @@ func (m *mysqlTarget) querySessions(ctx context.Context) ([]serverRow, int, erro
 	for rs.Next() {
 		var r serverRow
 		var cmd sql.NullString
-		if err := rs.Scan(&r.id, &cmd, &r.info, &r.inTrx, &r.trxAge, &r.rowsLocked); err != nil {
+		var host sql.NullString
+		if err := rs.Scan(&r.id, &host, &cmd, &r.info, &r.inTrx, &r.trxAge, &r.rowsLocked); err != nil {
 			bad++
 			continue
 		}
-		r.command = cmd.String
+		r.command, r.host = cmd.String, host.String
 		out = append(out, r)
 	}
 	if err := rs.Err(); err != nil {
@@ -743,6 +774,7 @@ func (m *mysqlTarget) apply(at time.Time, rows []serverRow, stmts []stmtRow, wai
 		}
 	}
 	wins := m.completed(stmts, sampled, timerNow != 0)
+	m.publishJoin(at, listed, timerNow)
 	// inTrx is whether a listed session is in a transaction now. MariaDB
 	// serves INNODB_TRX from a cache up to 100 ms old: a session idle since
 	// its COMMIT may still show its transaction.
@@ -956,6 +988,7 @@ func (m *mysqlTarget) apply(at time.Time, rows []serverRow, stmts []stmtRow, wai
 // timed says whether the server's timer can be mapped to the collector's
 // clock (our own statement was seen running).
 func (m *mysqlTarget) completed(stmts []stmtRow, sampled map[int64]bool, timed bool) map[int64]*trxWindow {
+	m.joinBuf = m.joinBuf[:0]
 	fresh := m.fresh[:0]
 	maxEnd, maxKey, read, sawLastMax := m.watermark, m.lastMax, false, false
 	for i := range stmts {
@@ -1001,8 +1034,10 @@ func (m *mysqlTarget) completed(stmts []stmtRow, sampled map[int64]bool, timed b
 		switch {
 		case begin:
 			w.beginEvent, w.beginStart = st.key.event, start(st)
+			m.joinBuf = append(m.joinBuf, joinRaw{pid: st.pid, kind: joinBegin, start: start(st), end: st.end})
 		case end:
 			w.commitEvent, w.commitEnd = st.key.event, st.end
+			m.joinBuf = append(m.joinBuf, joinRaw{pid: st.pid, kind: joinEnd, start: start(st), end: st.end})
 		case w.firstTag == "" && w.commitEvent == 0:
 			if tag, ok := m.tagOfStatement(st.text); ok {
 				w.firstTag = tag
@@ -1027,13 +1062,30 @@ func (m *mysqlTarget) completed(stmts []stmtRow, sampled map[int64]bool, timed b
 		delete(m.running, st.key)
 		var tag string
 		var ok bool
+		// joinTag is what the statement tells the proxy↔server join: only
+		// what its own text (or its transaction's) says. A ProxySQL
+		// backend serves many client sessions: the connection's last tag
+		// is another session's.
+		joinTag := ""
 		switch {
 		case st.text != "":
 			tag, ok = m.tagOfStatement(st.text)
+			switch {
+			case ok && tag == UntaggedTag && proxySQLSync(st.text):
+				// ProxySQL gives a backend a session's settings when the
+				// session takes it: a borrow starts here.
+				m.joinBuf = append(m.joinBuf, joinRaw{pid: st.pid, kind: joinBegin, start: start(st), end: st.end})
+			case ok:
+				joinTag = tag
+			}
 		case rs != nil:
 			tag, ok = rs.tag, true
+			joinTag = tag
 		default:
 			tag, ok = m.executeTag(st.pid, wins[st.pid]), true
+			if w := wins[st.pid]; w != nil && w.firstTag != "" {
+				joinTag = tag
+			}
 		}
 		if !ok && rs == nil {
 			continue // a driver's statement: no business process's
@@ -1063,6 +1115,9 @@ func (m *mysqlTarget) completed(stmts []stmtRow, sampled map[int64]bool, timed b
 		}
 		if !ok {
 			continue
+		}
+		if st.pid != 0 && st.wait.Valid && joinTag != "" {
+			m.joinBuf = append(m.joinBuf, joinRaw{pid: st.pid, tag: joinTag, start: start(st), end: st.end})
 		}
 		if m.primed {
 			d := m.delta(tag)
@@ -1114,6 +1169,33 @@ func (m *mysqlTarget) completed(stmts []stmtRow, sampled map[int64]bool, timed b
 	}
 	m.primed = true
 	return wins
+}
+
+// publishJoin hands the proxy↔server join the connections listed now and
+// the statements completed since the last poll, on the collector's clock.
+// Without our own running statement (timerNow 0) the server's timer cannot
+// be mapped: the statements are not published.
+func (m *mysqlTarget) publishJoin(at time.Time, listed map[int64]*serverRow, timerNow uint64) {
+	hosts := make(map[int64]string, len(listed))
+	for id, r := range listed {
+		hosts[id] = r.host
+	}
+	stmts := map[int64][]joinStmt{}
+	through := time.Time{}
+	if timerNow != 0 {
+		// The server read its timer while answering, between stmtAt and
+		// stmtDone: the middle halves the error of the join's ordering. A
+		// statement that ended while the query ran has a later timer.
+		ref := m.stmtAt.Add(max(m.stmtDone.Sub(m.stmtAt), 0) / 2)
+		wall := func(timer uint64) time.Time {
+			return ref.Add(time.Duration((int64(timer) - int64(timerNow)) / 1000))
+		}
+		for _, r := range m.joinBuf {
+			stmts[r.pid] = append(stmts[r.pid], joinStmt{kind: r.kind, tag: r.tag, start: wall(r.start), end: wall(r.end)})
+		}
+		through = m.stmtAt
+	}
+	m.join.update(at, through, hosts, stmts)
 }
 
 func cmpOr(s, d string) string {

@@ -405,22 +405,87 @@ const ReasonIdleUnseen = "idle holding a backend (transaction or pin) and none o
 // SampledHold is the backend hold one processlist row stands for: the
 // session held a backend from this sample to the next.
 type SampledHold struct {
-	At                 time.Time
-	SessionID          int64
-	Tag                string
-	TagFrom            TagFrom
-	UnknownReason      string
-	User               string
-	Hostgroup          int
-	Seconds            float64
-	Pinned             bool // idle with a backend attached
+	At            time.Time
+	SessionID     int64
+	Tag           string
+	TagFrom       TagFrom
+	UnknownReason string
+	User          string
+	Hostgroup     int
+	Seconds       float64
+	Pinned        bool // idle with a backend attached
+	// Waiting is set on a session waiting for a backend connection (no
+	// backend, command Connect: ProxySQL shows neither the statement nor
+	// its tag meanwhile). Seconds is then wait, not hold.
+	Waiting            bool
 	AutoIncrementDelay bool // extended info shows an auto-increment delay token
+	// Backend names the backend held, for the proxy↔server join; Borrow
+	// is its myconnpoll_get/put counters (zero without extended_info):
+	// when they change, the backend was returned and taken again.
+	Backend backendKey
+	Borrow  [2]int64
+	// Carried is set with TagFrom TagFromCarried: the tag is the last one
+	// a sample showed for the same borrow, inference that exact evidence
+	// (events log, server join, app span) overrides when it comes.
+	Carried bool
 }
 
-// carriedTag is the last tag the processlist showed for a session.
+// carriedTag is the last tag the processlist showed for a session, with
+// the backend it then held: the tag is carried only while the session holds
+// that same borrow of that same backend and nothing ran on it unseen.
 type carriedTag struct {
-	tag  string
-	seen time.Time
+	tag     string
+	seen    time.Time
+	backend backendState
+}
+
+// backendState is what one processlist row says of a session's backend.
+// With mysql-show_processlist_extended, extended_info names the backend
+// exactly (its server thread id) and counts its borrows (myconnpoll_get,
+// myconnpoll_put) and statements (questions); without it only the local
+// address ProxySQL connected from is known.
+type backendState struct {
+	key       backendKey
+	get, put  int64
+	questions int64
+	extended  bool
+}
+
+// backendOf reads a row's backend state; the zero value without a backend.
+func backendOf(row *ProcesslistRow) backendState {
+	var b backendState
+	if !row.SrvHost.Valid {
+		return b
+	}
+	if row.LSrvHost.Valid && row.LSrvPort.Valid {
+		b.key.local = row.LSrvHost.String + ":" + strconv.FormatInt(row.LSrvPort.Int64, 10)
+	}
+	if row.ExtendedInfo.Valid {
+		ext := row.ExtendedInfo.String
+		// ProxySQL sorts the keys: a backend's "conn" object (thread_id
+		// under "mysql", the connection's own borrow and statement
+		// counters) comes before its "stream".
+		var ok1, ok2, ok3 bool
+		b.key.thread, _ = jsonInt(ext, `"thread_id"`)
+		b.get, ok1 = jsonInt(ext, `"myconnpoll_get"`)
+		b.put, ok2 = jsonInt(ext, `"myconnpoll_put"`)
+		b.questions, ok3 = jsonInt(ext, `"questions"`)
+		b.extended = ok1 && ok2 && ok3
+	}
+	return b
+}
+
+// sameBorrow reports whether a carried tag still describes the backend a
+// row shows: same backend, not returned to the pool and taken again since,
+// and (with extended_info) no statement ran on it that no sample showed.
+func (c *carriedTag) sameBorrow(b backendState) bool {
+	if c.backend.key != b.key {
+		return false
+	}
+	if c.backend.extended != b.extended {
+		return false
+	}
+	return !b.extended || c.backend.get == b.get && c.backend.put == b.put && c.backend.questions == b.questions
 }
 
 // ProcesslistConfig configures a SampleAttributor. The zero value is the
@@ -444,6 +509,7 @@ type ProcesslistStats struct {
 	FromEventsLog  float64   `json:"tag_from_events_log_seconds"`
 	Carried        float64   `json:"tag_carried_seconds"`
 	Unknown        float64   `json:"tag_unknown_seconds"`
+	WaitSeconds    float64   `json:"wait_seconds"`
 	Malformed      int64     `json:"malformed_lines"`
 	MalformedLines []LineRef `json:"first_malformed_lines,omitempty"`
 }
@@ -521,27 +587,44 @@ func (s *SampleAttributor) Add(row *ProcesslistRow) {
 		if class != classBegin && class != classCommit {
 			t, ok := AppendTag(s.tagBuf[:0], q)
 			s.tagBuf = t[:0]
-			tag, from = UntaggedTag, TagFromInfo
-			if ok {
-				tag = s.intern(t)
+			switch {
+			case ok:
+				tag, from = s.intern(t), TagFromInfo
+			case mayBeTruncated(q):
+				// Cut short, its tag may have been cut off: unknown, and
+				// whatever was carried is stale (a statement ran).
+				delete(s.carried, row.SessionID)
+			default:
+				tag, from = UntaggedTag, TagFromInfo
 			}
 		}
 	}
+	backend := backendOf(row)
 	switch {
-	case from == TagFromInfo:
-		s.carried[row.SessionID] = carriedTag{tag, row.SampleTime}
-	case !row.SrvHost.Valid || begins:
+	case from == TagFromInfo && row.SrvHost.Valid:
+		s.carried[row.SessionID] = carriedTag{tag, row.SampleTime, backend}
+	case !row.SrvHost.Valid || begins || from == TagFromInfo:
 		// The backend went back to the pool, or a new transaction begins:
 		// with an app connection pool, the session's next hold may belong
 		// to another tag, so the last one seen says nothing about it.
 		delete(s.carried, row.SessionID)
 	default:
 		if c, ok := s.carried[row.SessionID]; ok {
+			if !c.sameBorrow(backend) {
+				// Released and taken again, another backend, or a
+				// statement ran unseen: the tag may be another's.
+				delete(s.carried, row.SessionID)
+				break
+			}
 			c.seen = row.SampleTime
 			s.carried[row.SessionID] = c
 		}
 	}
 	if !row.SrvHost.Valid {
+		if waitingForBackend(row) {
+			s.held = append(s.held, SampledHold{At: row.SampleTime, SessionID: row.SessionID, Tag: UnknownTag,
+				UnknownReason: ReasonWaitUnseen, User: row.User.String, Hostgroup: int(row.Hostgroup.Int64), Waiting: true})
+		}
 		return
 	}
 	if from == TagFromUnknown && s.tagOf != nil {
@@ -555,7 +638,8 @@ func (s *SampleAttributor) Add(row *ProcesslistRow) {
 		}
 	}
 	h := SampledHold{At: row.SampleTime, SessionID: row.SessionID, Tag: tag, TagFrom: from,
-		User: row.User.String, Hostgroup: int(row.Hostgroup.Int64), Pinned: !row.Info.Valid}
+		User: row.User.String, Hostgroup: int(row.Hostgroup.Int64), Pinned: !row.Info.Valid,
+		Backend: backend.key, Borrow: [2]int64{backend.get, backend.put}, Carried: from == TagFromCarried}
 	if from == TagFromUnknown {
 		h.Tag, h.UnknownReason = UnknownTag, ReasonIdleUnseen
 	}
@@ -563,6 +647,27 @@ func (s *SampleAttributor) Add(row *ProcesslistRow) {
 		h.AutoIncrementDelay = autoIncrementDelay(row.ExtendedInfo.String)
 	}
 	s.held = append(s.held, h)
+}
+
+// ReasonWaitUnseen is why a waiting session's tag is unknown.
+const ReasonWaitUnseen = "waiting for a backend: ProxySQL shows no statement while a session waits"
+
+// waitingForBackend reports whether a row is a session waiting for a
+// backend connection. Measured on ProxySQL 2.7.1 with a hostgroup at its
+// max_connections: such a session shows command Connect, no backend, info
+// NULL, and in extended_info the session status CONNECTING_SERVER (1); its
+// statement is not shown until a backend is free.
+func waitingForBackend(row *ProcesslistRow) bool {
+	if row.SrvHost.Valid || !row.Command.Valid || row.Command.String != "Connect" {
+		return false
+	}
+	if row.ExtendedInfo.Valid {
+		// The session's own "status" (keys are sorted: it follows the
+		// nested "status" objects, which are not numbers).
+		st, ok := jsonInt(row.ExtendedInfo.String, `"status"`)
+		return !ok || st == 1
+	}
+	return true
 }
 
 // autoIncrementDelay reports a positive auto_increment_delay_token in the
@@ -595,6 +700,11 @@ func (s *SampleAttributor) credit(gap time.Duration) {
 	for i := range s.held {
 		h := &s.held[i]
 		h.Seconds = sec
+		if h.Waiting {
+			s.stats.WaitSeconds += sec
+			s.emit(h)
+			continue
+		}
 		s.stats.HeldRows++
 		s.stats.HeldSeconds += sec
 		switch h.TagFrom {

@@ -60,8 +60,21 @@ func newProxySQLTarget(c *Collector, cfg ProxySQLConfig) (*proxysqlTarget, error
 		// session missing for a minute is gone.
 		ForgetAfter: time.Minute,
 	}
+	var joins func() []*serverJoin
+	if len(c.cfg.MySQL) > 0 {
+		// Any MySQL target of this collector may be a backend: the join
+		// matches a backend by its address and thread id, so one that is
+		// not matches nothing. c.mysqls is complete before Run.
+		joins = func() []*serverJoin {
+			out := make([]*serverJoin, len(c.mysqls))
+			for i, m := range c.mysqls {
+				out[i] = m.join
+			}
+			return out
+		}
+	}
 	t := &proxysqlTarget{c: c, cfg: cfg, secret: mc.Passwd, db: db, causes: mc.Logger.(*causeLogger),
-		sessions: newProxySQLSessions(cfg.Name, c.st, pc, cfg.EventsLog != "", c.cfg.OTLP.Enabled, cfg.TagGrace),
+		sessions: newProxySQLSessions(cfg.Name, c.st, pc, cfg.EventsLog != "", c.cfg.OTLP.Enabled, cfg.TagGrace, joins),
 		digests:  newDigestState(), recs: map[string]*tableRecorder{}}
 	return t, nil
 }
@@ -125,7 +138,7 @@ func (t *proxysqlTarget) pollProcesslist(ctx context.Context) error {
 		return fmt.Errorf("read stats_mysql_processlist: %w", err)
 	}
 	t.c.st.malformed(t.cfg.Name, SourceProxySQLProcesslist, bad)
-	t.sessions.sample(at, t.rows)
+	t.sessions.sampleRead(at, time.Now(), t.rows)
 	if t.c.cfg.RecordDir != "" {
 		return t.recordProcesslist(t.rows)
 	}
@@ -215,10 +228,56 @@ type digestState struct {
 	prev     map[digestKey]digestRow
 	cur      map[digestKey]digestRow
 	baseline bool
+	// held keeps the figures of tags no other source has shown yet, for
+	// digestHold: ProxySQL 2.7.1's digest text sometimes mixes the comment
+	// bytes of concurrent statements, and such a "tag" is nobody's.
+	held map[string]*heldDigest
 }
 
+type heldDigest struct {
+	d      tagDelta
+	rows   int
+	since  time.Time
+	sample string
+}
+
+// digestHold is how long figures of a tag seen only in digest text wait
+// for another source (processlist, events log, server, spans) to show the
+// tag before they are counted as malformed.
+const digestHold = time.Minute
+
+// maxHeldDigestTags bounds the tags held: a flood of corrupt text is
+// counted as malformed at once beyond it.
+const maxHeldDigestTags = 256
+
 func newDigestState() *digestState {
-	return &digestState{prev: map[digestKey]digestRow{}, cur: map[digestKey]digestRow{}}
+	return &digestState{prev: map[digestKey]digestRow{}, cur: map[digestKey]digestRow{}, held: map[string]*heldDigest{}}
+}
+
+// wellFormedDigestTag reports whether the conntag comment that carries tag
+// in digest text is whole: "conn_tag:NAME" followed, up to the comment's
+// closing "*/", by nothing but key:value words (conntag may add them).
+// Mixed-up comment bytes leave it unclosed or run SQL into it.
+func wellFormedDigestTag(text, tag string) bool {
+	i := strings.Index(text, tagKeyLeading+tag)
+	if i < 0 {
+		return strings.Contains(text, tagKeyCommenter) // sqlcommenter form: URL-encoded, checked by its parser
+	}
+	rest := text[i+len(tagKeyLeading)+len(tag):]
+	end := strings.Index(rest, "*/")
+	if end < 0 {
+		return false
+	}
+	body := rest[:end]
+	if strings.Contains(body, "/*") {
+		return false
+	}
+	for _, w := range strings.Fields(body) {
+		if !strings.Contains(w, ":") {
+			return false
+		}
+	}
+	return true
 }
 
 // parseDigestRow reads one stats_mysql_query_digest row (columns in
@@ -264,6 +323,10 @@ func truncate(s string, n int) string {
 	return s
 }
 
+// digestTextCut is where ProxySQL cuts digest_text by default
+// (mysql-query_digests_max_digest_length, 2,048 bytes).
+const digestTextCut = 2048
+
 // digestTag is the tag a digest row's figures go to. With
 // mysql-query_digests_keep_comment=false ProxySQL strips comments from
 // digest_text, so no tag can be read: everything goes to UnknownTag rather
@@ -274,6 +337,9 @@ func digestTag(text string, keepComments bool, buf []byte) ([]byte, string) {
 	}
 	t, ok := AppendTag(buf[:0], []byte(text))
 	if !ok {
+		if mayBeTruncated([]byte(text)) || len(text) >= digestTextCut {
+			return t, UnknownTag // cut at mysql-query_digests_max_digest_length: its tag may be gone
+		}
 		return t, UntaggedTag
 	}
 	return t, string(t)
@@ -283,6 +349,10 @@ func digestTag(text string, keepComments bool, buf []byte) ([]byte, string) {
 // baseline. A digest whose count went down or whose first_seen changed was
 // reset (stats_mysql_query_digest_reset, or evicted and seen again): its
 // whole count is new. A digest that appeared since the last poll is all new.
+//
+// A tag read from digest text is checked (see checkTags): figures of a tag
+// whose comment is not whole are rejected, and those of a tag no other
+// source has shown wait in held.
 func (d *digestState) apply(rows []digestRow, keepComments bool, batch map[string]*tagDelta) {
 	clear(d.cur)
 	var buf []byte
@@ -300,6 +370,9 @@ func (d *digestState) apply(rows []digestRow, keepComments bool, batch map[strin
 		}
 		var tag string
 		buf, tag = digestTag(r.text, keepComments, buf)
+		if tag != UnknownTag && tag != UntaggedTag && !wellFormedDigestTag(r.text, tag) {
+			tag = malformedDigest(r.text)
+		}
 		td := batch[tag]
 		if td == nil {
 			td = &tagDelta{}
@@ -338,6 +411,8 @@ func (t *proxysqlTarget) pollDigest(ctx context.Context) error {
 	t.c.st.malformed(t.cfg.Name, SourceProxySQLDigest, bad)
 	batch := map[string]*tagDelta{}
 	t.digests.apply(rows, keep, batch)
+	n, sample := t.digests.checkTags(at, batch, func(tag string) bool { return t.c.st.seenElsewhere(tag, SourceProxySQLDigest) })
+	t.c.st.malformedWith(t.cfg.Name, SourceProxySQLDigest, n, sample)
 	t.c.st.add(t.cfg.Name, SourceProxySQLDigest, batch)
 	return t.record("stats_mysql_query_digest", at, cols, raw)
 }
@@ -426,4 +501,61 @@ func (t *proxysqlTarget) pollPool(ctx context.Context) error {
 	})
 	return errors.Join(t.record("stats_mysql_connection_pool", at, cols, raw),
 		t.record("stats_mysql_global", at, gcols, graw))
+}
+
+// malformedPrefix marks, in a digest batch, the rows whose tag comment is
+// not whole: checkTags counts them and drops them.
+const malformedPrefix = "\x00malformed:"
+
+func malformedDigest(text string) string { return malformedPrefix + truncate(text, 200) }
+
+// checkTags removes from batch what is not a tag: rows marked malformed,
+// and tags no other source has shown (seen) within digestHold, which are
+// held until then. Held figures of a tag another source has shown since
+// go back into batch. It returns how many rows were rejected and the text
+// of the latest.
+func (d *digestState) checkTags(now time.Time, batch map[string]*tagDelta, seen func(string) bool) (int, string) {
+	rejected, sample := 0, ""
+	for tag, td := range batch {
+		if text, ok := strings.CutPrefix(tag, malformedPrefix); ok {
+			rejected++
+			sample = text
+			delete(batch, tag)
+			continue
+		}
+		if tag == UnknownTag || tag == UntaggedTag || seen(tag) {
+			continue
+		}
+		h := d.held[tag]
+		if h == nil {
+			if len(d.held) >= maxHeldDigestTags {
+				rejected++
+				sample = tag
+				delete(batch, tag)
+				continue
+			}
+			h = &heldDigest{since: now, sample: tag}
+			d.held[tag] = h
+		}
+		h.d.figures.add(&td.figures)
+		h.rows++
+		delete(batch, tag)
+	}
+	for tag, h := range d.held {
+		switch {
+		case seen(tag):
+			td := batch[tag]
+			if td == nil {
+				td = &tagDelta{}
+				batch[tag] = td
+			}
+			td.figures.add(&h.d.figures)
+			delete(d.held, tag)
+		case now.Sub(h.since) > digestHold:
+			rejected += h.rows
+			sample = "conn_tag:" + h.sample + " (seen only in digest text)"
+			delete(d.held, tag)
+		}
+	}
+	return rejected, sample
 }

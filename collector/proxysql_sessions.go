@@ -114,6 +114,31 @@ type pendingUnknown struct {
 	f      figures
 	rows   float64 // sampled rows in the run
 	pinned map[string]float64
+	// firstSeen is when ProxySQL took the snapshot of first, as well as
+	// the collector knows: between sending the query (first) and reading
+	// the answer, the middle.
+	firstSeen time.Time
+	// backend is the backend the run held, borrow its borrow counters: a
+	// run never spans two borrows.
+	backend backendKey
+	borrow  [2]int64
+	// lastSeen is when ProxySQL took the snapshot of last (see firstSeen).
+	lastSeen time.Time
+	// fallback is the carried tag of the run's first sample: what the run
+	// gets when no exact source names it within the grace period; ""
+	// means unknown.
+	fallback string
+	// wait is set on a run of samples waiting for a backend: its seconds
+	// are wait, not hold.
+	wait bool
+	// then is the hold run that followed this wait run right after it:
+	// whatever names that hold names the statement that waited.
+	then *pendingUnknown
+	// waits are the wait runs whose statement this hold run is.
+	waits []*pendingUnknown
+	// named is the tag a wait run got from its hold run, credited at the
+	// next sample.
+	named string
 }
 
 // proxysqlSessions is the session state machine of one ProxySQL target: it
@@ -131,9 +156,13 @@ type proxysqlSessions struct {
 
 	attr    *Attributor // nil without an events log
 	sampler *SampleAttributor
-	// resolvable says whether anything (events log, app spans) may name an
-	// unknown session later; without it unknown hold is reported at once.
+	// resolvable says whether anything (events log, app spans, the server
+	// join) may name an unknown session later; without it unknown hold is
+	// reported at once, and a carried tag is taken at once.
 	resolvable bool
+	// joins returns the proxy↔server joins of the collector's MySQL
+	// targets; nil without any.
+	joins func() []*serverJoin
 
 	// reasons of the rows being credited (previous sample) and of the rows
 	// just added (current sample), by SessionID.
@@ -143,12 +172,15 @@ type proxysqlSessions struct {
 	// the sample being credited and the one before it: an unknown sampled
 	// hold continues its session's last run if that run reached prevAt.
 	lastAt, prevAt time.Time
+	lastRead       time.Time // when the sample lastAt had been read by
 
 	batch    map[string]*tagDelta
 	sessions map[string]int
 	pinned   map[[2]string]int
 	events   map[string]*tagDelta // events log holds, flushed per sample
-	overflow int64                // attr.Overflow() already counted in the store
+	waiting  int                  // sessions waiting for a backend in the sample credited
+	waitLog  map[int64][]waitSample
+	overflow int64 // attr.Overflow() already counted in the store
 }
 
 // sessionHint is what an app hold span says: the session held a backend for
@@ -157,27 +189,21 @@ type sessionHint struct {
 	tag        string
 	start, end time.Time
 	received   time.Time
+	slack      time.Duration // how far outside start..end a run may lie
 }
 
 // maxHintsPerSession bounds the spans kept per session: a pooled session
 // serves many borrows within the grace period, only recent ones matter.
 const maxHintsPerSession = 16
 
-// covers says whether a pending run lies within [start-gap, end+gap]: its
-// samples are the hold the span measured. The slack of one sample gap
-// absorbs sampling and clock error; a run that began before the span or
-// outlived it belongs (at least partly) to another borrow.
-func covers(pu *pendingUnknown, start, end time.Time, gap time.Duration) bool {
-	return !pu.first.Before(start.Add(-gap)) && !pu.last.After(end.Add(gap))
-}
-
-func newProxySQLSessions(target string, st *store, cfg ProcesslistConfig, withEvents, withHints bool, grace time.Duration) *proxysqlSessions {
+func newProxySQLSessions(target string, st *store, cfg ProcesslistConfig, withEvents, withHints bool, grace time.Duration,
+	joins func() []*serverJoin) *proxysqlSessions {
 	p := &proxysqlSessions{
-		target: target, st: st, grace: grace, resolvable: withEvents || withHints,
+		target: target, st: st, grace: grace, resolvable: withEvents || withHints || joins != nil, joins: joins,
 		prevReasons: map[int64]string{}, curReasons: map[int64]string{},
 		pending: map[int64][]*pendingUnknown{}, hints: map[int64][]sessionHint{},
 		batch: map[string]*tagDelta{}, sessions: map[string]int{}, pinned: map[[2]string]int{},
-		events: map[string]*tagDelta{},
+		events: map[string]*tagDelta{}, waitLog: map[int64][]waitSample{},
 	}
 	var tagOf func(uint64) (string, bool)
 	if withEvents {
@@ -199,6 +225,10 @@ func (p *proxysqlSessions) delta(m map[string]*tagDelta, tag string) *tagDelta {
 
 // addSampled receives the sampler's holds of the previous sample.
 func (p *proxysqlSessions) addSampled(h *SampledHold) {
+	if h.Waiting {
+		p.addWait(h)
+		return
+	}
 	var f figures
 	f.hold = h.Seconds
 	if h.Pinned {
@@ -213,16 +243,32 @@ func (p *proxysqlSessions) addSampled(h *SampledHold) {
 			reason = PinReasonNoExtendedInfo
 		}
 	}
-	if h.Tag == UnknownTag && p.resolvable {
+	if (h.Tag == UnknownTag || h.Carried) && p.resolvable {
+		// Exact evidence gets the grace period to name the hold first; a
+		// carried tag is the last resort.
+		fallback := ""
+		if h.Carried {
+			fallback = h.Tag
+		}
 		runs := p.pending[h.SessionID]
 		var pu *pendingUnknown
-		if n := len(runs); n > 0 && runs[n-1].last.Equal(p.prevAt) {
+		if n := len(runs); n > 0 && runs[n-1].last.Equal(p.prevAt) && runs[n-1].backend == h.Backend && runs[n-1].borrow == h.Borrow &&
+			runs[n-1].fallback == fallback {
 			pu = runs[n-1]
 		} else {
-			pu = &pendingUnknown{first: h.At}
+			seen := h.At
+			if p.lastRead.After(h.At) {
+				seen = h.At.Add(p.lastRead.Sub(h.At) / 2)
+			}
+			pu = &pendingUnknown{first: h.At, firstSeen: seen, backend: h.Backend, borrow: h.Borrow, fallback: fallback}
 			p.pending[h.SessionID] = append(runs, pu)
 		}
+		p.linkWaits(h.SessionID, pu)
 		pu.last = h.At
+		pu.lastSeen = h.At
+		if p.lastRead.After(h.At) {
+			pu.lastSeen = h.At.Add(p.lastRead.Sub(h.At) / 2)
+		}
 		pu.f.add(&f)
 		pu.rows++
 		if reason != "" {
@@ -231,11 +277,16 @@ func (p *proxysqlSessions) addSampled(h *SampledHold) {
 			}
 			pu.pinned[reason] += h.Seconds
 		}
-		p.sessions[UnknownTag]++
+		now := cmp.Or(fallback, UnknownTag)
+		p.sessions[now]++
 		if reason != "" {
-			p.pinned[[2]string{UnknownTag, reason}]++
+			p.pinned[[2]string{now, reason}]++
 		}
 		return
+	}
+	if h.TagFrom == TagFromInfo || h.TagFrom == TagFromEventsLog {
+		// The session waited, then ran this statement: the wait was its.
+		p.resolveWhere(h.SessionID, h.Tag, func(pu *pendingUnknown) bool { return pu.wait && pu.last.Equal(p.prevAt) })
 	}
 	d := p.delta(p.batch, h.Tag)
 	d.add(&f)
@@ -247,6 +298,59 @@ func (p *proxysqlSessions) addSampled(h *SampledHold) {
 		}
 		d.pinnedSecs[reason] += h.Seconds
 		p.pinned[[2]string{h.Tag, reason}]++
+	}
+}
+
+// addWait receives a sample of a session waiting for a backend. Its tag
+// is not shown while it waits: it stays pending until what the session
+// did next names it (the statement seen running, its hold resolved, the
+// events log, an app span), else it is reported unknown.
+func (p *proxysqlSessions) addWait(h *SampledHold) {
+	p.waiting++
+	runs := p.pending[h.SessionID]
+	var pu *pendingUnknown
+	if n := len(runs); n > 0 && runs[n-1].wait && runs[n-1].last.Equal(p.prevAt) {
+		pu = runs[n-1]
+	} else {
+		pu = &pendingUnknown{first: h.At, wait: true}
+		p.pending[h.SessionID] = append(runs, pu)
+	}
+	pu.last = h.At
+	pu.f.wait += h.Seconds
+	pu.rows++
+	if h.Seconds > 0 {
+		p.waitLog[h.SessionID] = append(p.waitLog[h.SessionID], waitSample{at: h.At, sec: h.Seconds})
+	}
+}
+
+// waitSample is one sample of a session waiting for a backend.
+type waitSample struct {
+	at  time.Time
+	sec float64
+}
+
+// waitedWithin is the sampled wait of session id between from and to:
+// what the events log's time of a statement includes before it got its
+// backend (ProxySQL logs a statement from its arrival).
+func (p *proxysqlSessions) waitedWithin(id int64, from, to time.Time) float64 {
+	var sec float64
+	for _, w := range p.waitLog[id] {
+		if !w.at.Before(from) && !w.at.After(to) {
+			sec += w.sec
+		}
+	}
+	return sec
+}
+
+// linkWaits ties the wait run of session id that ended at the sample
+// before to hold run pu: the statement that waited is the one that then
+// held the backend.
+func (p *proxysqlSessions) linkWaits(id int64, pu *pendingUnknown) {
+	for _, w := range p.pending[id] {
+		if w.wait && w.then == nil && w.last.Equal(p.prevAt) {
+			w.then = pu
+			pu.waits = append(pu.waits, w)
+		}
 	}
 }
 
@@ -270,8 +374,18 @@ func (p *proxysqlSessions) resolveWhere(id int64, tag string, match func(*pendin
 	}
 }
 
-// resolve moves a pending run to tag.
+// resolve moves a pending run to tag; "" is its fallback: the carried
+// tag, else unknown.
 func (p *proxysqlSessions) resolve(pu *pendingUnknown, tag string) {
+	if tag == "" {
+		tag = cmp.Or(pu.fallback, UnknownTag)
+	}
+	for _, w := range pu.waits {
+		if w.then == pu {
+			w.then = nil
+			w.named = tag // credited when its session's runs are next resolved
+		}
+	}
 	d := p.delta(p.batch, tag)
 	d.add(&pu.f)
 	d.obs += pu.rows
@@ -286,22 +400,26 @@ func (p *proxysqlSessions) resolve(pu *pendingUnknown, tag string) {
 // addHold receives the events log's holds (under mu).
 func (p *proxysqlSessions) addHold(h *Hold) {
 	d := p.delta(p.events, h.Tag)
+	start, end := time.UnixMicro(h.StartUS), time.UnixMicro(h.EndUS)
 	if h.Kind != HoldLocal {
 		dur := float64(h.DurationUS()) / 1e6
 		active := float64(min(h.ActiveUS, h.DurationUS())) / 1e6
+		// ProxySQL times a statement from its arrival: the part spent
+		// waiting for a backend (sampled) is wait, not hold.
+		wait := min(p.waitedWithin(int64(h.SessionID), start.Add(-p.sampleGap()), end), active)
+		dur -= wait
+		active -= wait
+		d.wait += wait
 		d.hold += dur
 		d.active += active
 		d.idle += dur - active
 	}
 	d.stmts += float64(h.Statements)
 	d.obs++
-	if h.Tag != UnknownTag && len(p.pending[int64(h.SessionID)]) > 0 {
-		// The events log and the samples may come from two clocks: allow
-		// a second either side.
-		start, end := time.UnixMicro(h.StartUS), time.UnixMicro(h.EndUS)
-		p.resolveWhere(int64(h.SessionID), h.Tag, func(pu *pendingUnknown) bool {
-			return covers(pu, start, end, time.Second)
-		})
+	if h.Tag != UnknownTag && h.Kind != HoldLocal {
+		// The events log and the samples may come from two clocks: a
+		// second of slack, used only when no hold contains the run.
+		p.addHintLocked(int64(h.SessionID), sessionHint{tag: h.Tag, start: start, end: end, received: p.lastAt, slack: time.Second})
 	}
 }
 
@@ -320,8 +438,11 @@ func (p *proxysqlSessions) addEvent(e *Event) {
 func (p *proxysqlSessions) hint(id int64, h sessionHint) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	gap := p.sampleGap()
-	p.resolveWhere(id, h.tag, func(pu *pendingUnknown) bool { return covers(pu, h.start, h.end, gap) })
+	h.slack = p.sampleGap()
+	p.addHintLocked(id, h)
+}
+
+func (p *proxysqlSessions) addHintLocked(id int64, h sessionHint) {
 	hs, ok := p.hints[id]
 	if !ok && len(p.hints) >= 1<<16 {
 		return
@@ -330,6 +451,46 @@ func (p *proxysqlSessions) hint(id int64, h sessionHint) {
 		hs = append(hs[:0], hs[1:]...)
 	}
 	p.hints[id] = append(hs, h)
+	p.resolveHints(id)
+}
+
+// resolveHints names the pending runs of session id from the holds that
+// spans and the events log reported for it. A hold that contains every
+// sample of a run names it at once. One that only comes within its slack
+// (clocks, sampling) names it once the run is half a grace period old, and
+// the nearest such hold wins: a pooled session serves borrows back to
+// back, and the hold right before a run is often another tag's, while the
+// run's own may not have been reported yet.
+func (p *proxysqlSessions) resolveHints(id int64) {
+	hs := p.hints[id]
+	if len(hs) == 0 {
+		return
+	}
+	named := map[*pendingUnknown]string{}
+	for _, pu := range p.pending[id] {
+		best, bestDist := "", time.Duration(-1)
+		for _, h := range hs {
+			var dist time.Duration
+			if pu.first.Before(h.start) {
+				dist = h.start.Sub(pu.first)
+			}
+			if pu.last.After(h.end) {
+				dist = max(dist, pu.last.Sub(h.end))
+			}
+			if dist > h.slack {
+				continue
+			}
+			if bestDist < 0 || dist < bestDist {
+				best, bestDist = h.tag, dist
+			}
+		}
+		if bestDist == 0 || bestDist > 0 && p.lastAt.Sub(pu.last) >= p.grace/2 {
+			named[pu] = best
+		}
+	}
+	for pu, tag := range named {
+		p.resolveWhere(id, tag, func(x *pendingUnknown) bool { return x == pu })
+	}
 }
 
 // sampleGap is the time between samples, the slack of a span's times.
@@ -338,11 +499,18 @@ func (p *proxysqlSessions) sampleGap() time.Duration {
 }
 
 // sample processes one processlist snapshot taken at `at`.
-func (p *proxysqlSessions) sample(at time.Time, rows []ProcesslistRow) {
+func (p *proxysqlSessions) sample(at time.Time, rows []ProcesslistRow) { p.sampleRead(at, at, rows) }
+
+// sampleRead is sample with the time the snapshot had been read by:
+// ProxySQL took it between at (the query was sent) and readAt. The join
+// asks what a backend ran before the snapshot, so it needs both.
+func (p *proxysqlSessions) sampleRead(at, readAt time.Time, rows []ProcesslistRow) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	defer func() { p.lastRead = readAt }()
 	clear(p.sessions)
 	clear(p.pinned)
+	p.waiting = 0
 	p.prevReasons, p.curReasons = p.curReasons, p.prevReasons
 	p.sampler.Sample(at) // credits the previous sample through addSampled
 	if !at.Equal(p.lastAt) {
@@ -357,22 +525,32 @@ func (p *proxysqlSessions) sample(at time.Time, rows []ProcesslistRow) {
 		}
 		p.sampler.Add(r)
 	}
-	gap := p.sampleGap()
 	for id, runs := range p.pending {
 		if p.attr != nil {
 			// The events log's open hold is the session's current one:
 			// it names the run still being sampled, not earlier ones.
 			if tag, ok := p.attr.TagOf(uint64(id)); ok {
 				cur := runs[len(runs)-1]
-				p.resolveWhere(id, tag, func(pu *pendingUnknown) bool { return pu == cur && pu.last.Equal(p.prevAt) })
+				p.resolveWhere(id, tag, func(pu *pendingUnknown) bool { return pu == cur && !pu.wait && pu.last.Equal(p.prevAt) })
 			}
 		}
-		for _, h := range p.hints[id] {
-			p.resolveWhere(id, h.tag, func(pu *pendingUnknown) bool { return covers(pu, h.start, h.end, gap) })
+		if p.joins != nil {
+			p.resolveJoined(id)
 		}
-		p.resolveWhere(id, UnknownTag, func(pu *pendingUnknown) bool {
-			return at.Sub(pu.first) > p.grace || at.Sub(pu.last) > p.grace
-		})
+		p.resolveHints(id)
+		p.resolveNamedWaits(id)
+		p.expire(id, func(pu *pendingUnknown) bool { return at.Sub(pu.first) > p.grace || at.Sub(pu.last) > p.grace })
+	}
+	for id, ws := range p.waitLog {
+		i := 0
+		for i < len(ws) && at.Sub(ws[i].at) > p.grace+time.Minute {
+			i++
+		}
+		if i == len(ws) {
+			delete(p.waitLog, id)
+		} else if i > 0 {
+			p.waitLog[id] = append(ws[:0], ws[i:]...)
+		}
 	}
 	for id, hs := range p.hints {
 		kept := hs[:0]
@@ -390,6 +568,55 @@ func (p *proxysqlSessions) sample(at time.Time, rows []ProcesslistRow) {
 	p.flush()
 }
 
+// resolveJoined names the pending runs of session id from the server
+// statements of the backend each run held.
+func (p *proxysqlSessions) resolveJoined(id int64) {
+	joins := p.joins()
+	named := map[*pendingUnknown]string{}
+	for _, pu := range p.pending[id] {
+		if !pu.backend.valid() {
+			continue
+		}
+		// Asked once the run has ended (or is old), about its middle: its
+		// first sample may come before the borrow's first statement
+		// reached the server (ProxySQL attaches the backend first, later
+		// still under load), its middle is inside the borrow.
+		if pu.last.Equal(p.prevAt) && p.lastAt.Sub(pu.first) < p.grace/2 {
+			continue
+		}
+		ref := pu.firstSeen.Add(pu.lastSeen.Sub(pu.firstSeen) / 2)
+		for _, j := range joins {
+			if tag, res := j.tagOfIdle(pu.backend, ref, pu.last); res == joinTagged {
+				named[pu] = tag
+				break
+			}
+		}
+	}
+	for pu, tag := range named {
+		p.resolveWhere(id, tag, func(x *pendingUnknown) bool { return x == pu })
+	}
+}
+
+// resolveNamedWaits credits the wait runs of session id that their hold
+// run named.
+func (p *proxysqlSessions) resolveNamedWaits(id int64) {
+	named := map[*pendingUnknown]string{}
+	for _, pu := range p.pending[id] {
+		if pu.wait && pu.named != "" {
+			named[pu] = pu.named
+		}
+	}
+	for pu, tag := range named {
+		p.resolveWhere(id, tag, func(x *pendingUnknown) bool { return x == pu })
+	}
+}
+
+// expire reports the runs of session id for which match holds: with their
+// carried tag when they have one, else as unknown.
+func (p *proxysqlSessions) expire(id int64, match func(*pendingUnknown) bool) {
+	p.resolveWhere(id, "", match)
+}
+
 // flush hands the batch to the store and publishes the session gauges of
 // the sample just credited.
 func (p *proxysqlSessions) flush() {
@@ -403,6 +630,7 @@ func (p *proxysqlSessions) flush() {
 		for tag, n := range p.sessions {
 			g.sessions[p.st.capTag(sr, tag)] += n
 		}
+		g.waiting = p.waiting
 		g.pinned = make(map[[2]string]int, len(p.pinned))
 		for tr, n := range p.pinned {
 			g.pinned[[2]string{p.st.capTag(sr, tr[0]), tr[1]}] += n
@@ -442,7 +670,7 @@ func (p *proxysqlSessions) finish() {
 				p.resolveWhere(id, tag, func(pu *pendingUnknown) bool { return pu == last })
 			}
 		}
-		p.resolveWhere(id, UnknownTag, func(*pendingUnknown) bool { return true })
+		p.expire(id, func(*pendingUnknown) bool { return true })
 	}
 	p.flush()
 	p.mu.Unlock()

@@ -14,7 +14,7 @@ func replay(t testing.TB, samples, events string, grace time.Duration) *store {
 	t.Helper()
 	clock := time.Unix(1_800_000_000, 0)
 	st := newStore(1000, func() time.Time { return clock })
-	ps := newProxySQLSessions("px", st, ProcesslistConfig{}, events != "", false, grace)
+	ps := newProxySQLSessions("px", st, ProcesslistConfig{}, events != "", false, grace, nil)
 	pr, err := OpenProcesslist([]string{samples})
 	if err != nil {
 		t.Fatal(err)

@@ -239,3 +239,13 @@ func indexFold(b []byte, s string) int {
 	}
 	return -1
 }
+
+// mayBeTruncated reports whether a statement's text may have been cut by
+// whoever recorded it, so that a tag at its end may be missing: the server
+// cuts performance_schema's SQL_TEXT (1,024 bytes by default) and ends it
+// with "...". A statement that really ends in "..." would end inside a
+// string literal or a comment, not with it. Such a text without a tag is
+// unknown, never untagged.
+func mayBeTruncated(q []byte) bool {
+	return bytes.HasSuffix(trimRightSpace(q), []byte("..."))
+}

@@ -28,12 +28,15 @@ const (
 // sampled holds are fractions of a sample interval.
 type figures struct {
 	hold, idle, active, stmts, errors float64
+	// wait is time statements spent waiting for a connection (ProxySQL:
+	// for a backend), not part of hold.
+	wait float64
 }
 
 // sane reports whether every figure is finite and not negative: what a
 // counter may be moved by. NaN fails every comparison, so it fails here.
 func (f *figures) sane() bool {
-	for _, v := range [...]float64{f.hold, f.idle, f.active, f.stmts, f.errors} {
+	for _, v := range [...]float64{f.hold, f.idle, f.active, f.stmts, f.errors, f.wait} {
 		if !(v >= 0 && v <= math.MaxFloat64) {
 			return false
 		}
@@ -47,6 +50,7 @@ func (f *figures) add(g *figures) {
 	f.active += g.active
 	f.stmts += g.stmts
 	f.errors += g.errors
+	f.wait += g.wait
 }
 
 // Window resolution: 1 s buckets for the 10 s window, 5 s buckets for the
@@ -118,14 +122,17 @@ type seriesKey struct {
 
 // series is everything one source of one target reported.
 type series struct {
-	tags        map[string]*entry
-	overflow    float64 // observations whose tag went to OverflowTag
-	malformed   float64 // rows counted and skipped
-	up          bool
-	lastSuccess time.Time
-	lastError   string  // scrubbed of the DSN's password; "" while up
-	failure     Failure // the kind of lastError
-	gauges      *gauges // nil while the source is down: stale, not zero
+	tags      map[string]*entry
+	overflow  float64 // observations whose tag went to OverflowTag
+	malformed float64 // rows counted and skipped
+	// malformedSample is the latest rejected input, cut short, for a
+	// reader to see what was rejected (no credentials: statement text).
+	malformedSample string
+	up              bool
+	lastSuccess     time.Time
+	lastError       string  // scrubbed of the DSN's password; "" while up
+	failure         Failure // the kind of lastError
+	gauges          *gauges // nil while the source is down: stale, not zero
 	// since is when the source's figures begin: its first success (a poll
 	// source credits from its first poll on), or the collector's start for
 	// a push source, whose first export may carry holds from before it.
@@ -146,6 +153,7 @@ type gauges struct {
 	global   *proxysqlGlobal       // stats_mysql_global
 	trx      map[string]trxFigures // tag -> INNODB_TRX figures
 	waits    map[[2]string]int     // (waiter tag, blocker tag) -> lock waits
+	waiting  int                   // ProxySQL sessions waiting for a backend now
 }
 
 // PoolServer is one row of stats_mysql_connection_pool.
@@ -369,4 +377,35 @@ func (s *store) malformed(target string, source Source, n int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.get(target, source).malformed += float64(n)
+}
+
+// malformedWith counts n rejected rows and keeps sample as the latest.
+func (s *store) malformedWith(target string, source Source, n int, sample string) {
+	if n == 0 {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sr := s.get(target, source)
+	sr.malformed += float64(n)
+	sr.malformedSample = sample
+}
+
+// seenElsewhere reports whether a source other than except has figures or
+// sessions for tag: what a tag read from digest text needs to be believed.
+func (s *store) seenElsewhere(tag string, except Source) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for k, sr := range s.series {
+		if k.source == except {
+			continue
+		}
+		if _, ok := sr.tags[tag]; ok {
+			return true
+		}
+		if g := sr.gauges; g != nil && g.sessions[tag] > 0 {
+			return true
+		}
+	}
+	return false
 }

@@ -13,6 +13,8 @@ const (
 	pxGetFailures  = "holdtime_proxysql_connpool_get_failures_total"
 	pxPinned       = "holdtime_collector_pinned_sessions"
 	pxPinnedSecs   = "holdtime_collector_pinned_seconds_total"
+	pxLayerWait    = "holdtime_collector_layer_wait_seconds_total"
+	pxWaiting      = "holdtime_proxysql_waiting_sessions"
 	selHostgroup   = `hostgroup=~"$hostgroup"`
 	selProxySource = `source=~"proxysql_.*"`
 )
@@ -78,6 +80,30 @@ func proxysqlPool() *dashboard.DashboardBuilder {
 
 	b = b.WithRow(row("Proxy layer: backends by tag (headline: events log, else processlist)"))
 	for _, p := range layerRow("proxy", "Backend", selProxy) {
+		b = b.WithPanel(timeSeries(p))
+	}
+
+	b = b.WithRow(row("Who waits / who holds"))
+	for _, p := range []panel{{
+		title:       "Statements waiting for a backend by tag",
+		description: "rate(wait seconds): statements of each tag waiting for a backend on average, because the hostgroup reached max_connections. The tags that suffer; compare with the tags that hold, next panel.",
+		unit:        unitConnBusy,
+		queries:     []q{{"sum by (conn_tag) (" + rate(pxLayerWait, selTarget, selProxy, selTag) + ")", "{{conn_tag}}"}},
+		thresholds:  thresholds(green, step{0.1, orange}, step{1, red}),
+		stack:       true,
+	}, {
+		title:       "Backends held by tag",
+		description: "rate(backend hold seconds): backends each tag keeps on average. When statements wait (previous panel), the largest holders here are the cause.",
+		unit:        unitConnBusy,
+		queries:     []q{{"sum by (conn_tag) (" + rate(layerHold, selTarget, selProxy, selTag) + ")", "{{conn_tag}}"}},
+		stack:       true,
+	}, {
+		title:       "Sessions waiting for a backend now",
+		description: "ProxySQL client sessions waiting for a backend connection at the last processlist sample (command Connect, no backend).",
+		unit:        unitCount,
+		queries:     []q{{"sum by (target) (" + pxWaiting + sel(selTarget) + ")", "{{target}}"}},
+		thresholds:  thresholds(green, step{1, orange}, step{10, red}),
+	}} {
 		b = b.WithPanel(timeSeries(p))
 	}
 

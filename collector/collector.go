@@ -98,6 +98,12 @@ type MySQLConfig struct {
 	// Interval is the poll interval. Default 1 s, at least
 	// MinServerInterval.
 	Interval time.Duration
+	// TagGrace is how long hold of a connection whose tag the server did
+	// not show waits for an app span naming that connection
+	// (holdtime.session_id, conntag.WithSessionID: CONNECTION_ID() when
+	// the app connects without ProxySQL) before it is reported as unknown.
+	// Used with the OTLP receiver only. Default 10 s.
+	TagGrace time.Duration
 }
 
 // MinServerInterval is the shortest MySQL poll interval. InnoDB serves
@@ -190,6 +196,10 @@ func (cfg Config) withDefaults() (Config, error) {
 			return cfg, err
 		}
 		m.Interval = cmp.Or(m.Interval, time.Second)
+		m.TagGrace = cmp.Or(m.TagGrace, 10*time.Second)
+		if m.TagGrace < 0 {
+			return cfg, fmt.Errorf("mysql target %q: TagGrace must be positive", m.Name)
+		}
 		if m.Interval < MinServerInterval {
 			return cfg, fmt.Errorf("mysql target %q: interval %v is below %v: InnoDB refreshes INNODB_TRX only when it was not read for 100 ms, so faster polls see a frozen table",
 				m.Name, m.Interval, MinServerInterval)

@@ -203,6 +203,14 @@ type mysqlTarget struct {
 	stmtAt    time.Time  // when the statements query was sent: the time of timerNow
 	stmtDone  time.Time  // when its answer had been read
 
+	// hints are app hold spans naming a server connection (the
+	// app↔server join), under hintMu: they arrive from the OTLP receiver
+	// while a poll runs. nil without the OTLP receiver. pendingHold is
+	// hold of an unknown tag waiting TagGrace for a span to name it.
+	hintMu      sync.Mutex
+	hints       map[int64][]sessionHint
+	pendingHold []serverPending
+
 	// join publishes each connection's statements for the proxy↔server
 	// join; joinBuf collects those of one poll (server timer).
 	join    *serverJoin
@@ -232,7 +240,8 @@ func newMySQLTarget(c *Collector, cfg MySQLConfig) (*mysqlTarget, error) {
 	}
 	return &mysqlTarget{c: c, cfg: cfg, secret: mc.Passwd, user: mc.User, db: db, causes: mc.Logger.(*causeLogger),
 		sessions: map[int64]*serverSession{}, maxGap: max(4*cfg.Interval, time.Second), batch: map[string]*tagDelta{},
-		seenStmts: map[stmtKey]uint64{}, running: map[stmtKey]*runningStmt{}, join: newServerJoin()}, nil
+		seenStmts: map[stmtKey]uint64{}, running: map[stmtKey]*runningStmt{}, join: newServerJoin(),
+		hints: hintsIf(c.cfg.OTLP.Enabled)}, nil
 }
 
 func (m *mysqlTarget) start(ctx context.Context, wg *sync.WaitGroup) {
@@ -411,6 +420,13 @@ func (m *mysqlTarget) forget() {
 	clear(m.sessions)
 	m.held = m.held[:0]
 	m.prevAt = time.Time{}
+	m.hintMu.Lock()
+	for _, p := range m.pendingHold {
+		m.delta(UnknownTag).add(&p.f)
+	}
+	m.pendingHold = m.pendingHold[:0]
+	clear(m.hints)
+	m.hintMu.Unlock()
 	m.watermark, m.lastMax = 0, stmtKey{}
 	clear(m.seenStmts)
 	clear(m.running)
@@ -866,16 +882,23 @@ func (m *mysqlTarget) apply(at time.Time, rows []serverRow, stmts []stmtRow, wai
 				}
 			}
 			sec := min(max(end.Sub(m.prevAt), 0), m.maxGap).Seconds()
-			d := m.delta(tag)
-			d.add(&h.carry)
-			d.hold += sec
+			f := h.carry
+			f.hold += sec
 			if h.idle {
-				d.idle += sec
+				f.idle += sec
 			} else {
-				d.active += sec
+				f.active += sec
 			}
+			if tag == UnknownTag && m.hints != nil {
+				// An app span naming this connection (conntag's
+				// holdtime.session_id is CONNECTION_ID()) may come.
+				m.pendingHold = append(m.pendingHold, serverPending{id: h.id, from: m.prevAt, to: end, f: f})
+				continue
+			}
+			m.delta(tag).add(&f)
 		}
 	}
+	m.resolvePending(at)
 	for k, rs := range m.running {
 		if at.Sub(rs.seen) > time.Minute {
 			delete(m.running, k) // its completion was never seen: what was credited stays
@@ -1196,6 +1219,84 @@ func (m *mysqlTarget) publishJoin(at time.Time, listed map[int64]*serverRow, tim
 		through = m.stmtAt
 	}
 	m.join.update(at, through, hosts, stmts)
+}
+
+func hintsIf(on bool) map[int64][]sessionHint {
+	if on {
+		return map[int64][]sessionHint{}
+	}
+	return nil
+}
+
+// serverPending is hold of a server connection whose tag was unknown.
+type serverPending struct {
+	id       int64
+	from, to time.Time
+	f        figures
+}
+
+// hint records what an app hold span says: connection id (the server's
+// thread id, when the app connects without ProxySQL) was held for tag from
+// start to end.
+func (m *mysqlTarget) hint(id int64, h sessionHint) {
+	if m.hints == nil {
+		return
+	}
+	m.hintMu.Lock()
+	defer m.hintMu.Unlock()
+	hs, ok := m.hints[id]
+	if !ok && len(m.hints) >= 1<<16 {
+		return
+	}
+	if len(hs) >= maxHintsPerSession {
+		hs = append(hs[:0], hs[1:]...)
+	}
+	m.hints[id] = append(hs, h)
+}
+
+// resolvePending credits pending hold to the span that contains it (within
+// one poll interval of slack: the app's and the collector's clocks), or to
+// unknown once the grace period is over, and forgets old spans.
+func (m *mysqlTarget) resolvePending(at time.Time) {
+	if m.hints == nil {
+		return
+	}
+	m.hintMu.Lock()
+	defer m.hintMu.Unlock()
+	slack := m.cfg.Interval
+	kept := m.pendingHold[:0]
+	for _, p := range m.pendingHold {
+		tag := ""
+		for _, h := range m.hints[p.id] {
+			if !p.from.Before(h.start.Add(-slack)) && !p.to.After(h.end.Add(slack)) {
+				tag = h.tag
+			}
+		}
+		switch {
+		case tag != "":
+			m.delta(tag).add(&p.f)
+		case at.Sub(p.to) > m.cfg.TagGrace:
+			m.delta(UnknownTag).add(&p.f)
+		default:
+			kept = append(kept, p)
+		}
+	}
+	clear(m.pendingHold[len(kept):])
+	m.pendingHold = kept
+	for id, hs := range m.hints {
+		n := 0
+		for _, h := range hs {
+			if at.Sub(h.received) <= m.cfg.TagGrace+time.Minute {
+				hs[n] = h
+				n++
+			}
+		}
+		if n == 0 {
+			delete(m.hints, id)
+		} else {
+			m.hints[id] = hs[:n]
+		}
+	}
 }
 
 func cmpOr(s, d string) string {

@@ -224,8 +224,14 @@ func (o *otlpReceiver) span(sp *tracepb.Span, batch map[string]*tagDelta, now ti
 	d.add(&f)
 	d.obs++
 	if session > 0 && sp.GetName() == spanHold {
+		h := sessionHint{tag: tag, start: time.Unix(0, int64(start)), end: time.Unix(0, int64(end)), received: now}
 		for _, p := range o.c.proxies {
-			p.sessions.hint(session, sessionHint{tag: tag, start: time.Unix(0, int64(start)), end: time.Unix(0, int64(end)), received: now})
+			p.sessions.hint(session, h)
+		}
+		// Without ProxySQL in between, the session id is the server's
+		// connection id: the app↔server join.
+		for _, m := range o.c.mysqls {
+			m.hint(session, h)
 		}
 	}
 	return true

@@ -35,6 +35,44 @@ type conn struct {
 	// interpolateParams=true), so the next one skips straight to the
 	// prepared-statement path without building the tagged text twice.
 	skipArgs atomic.Bool
+
+	// texts remembers the last statements' tagged text, so a connection
+	// that runs the same statement text again (the common case: statements
+	// are constants) pays neither the scan for where the tag goes nor the
+	// allocation of the tagged string. database/sql serialises the calls
+	// that use it.
+	texts    [textCacheSize]sentText
+	nextText uint8
+
+	// rowsBuf is the result-set wrapper reused by newRows while rowsBusy
+	// is false.
+	rowsBuf  rows
+	rowsBusy bool
+}
+
+// textCacheSize is how many statement texts a connection remembers: enough
+// for the few statements of a transaction or a request.
+const textCacheSize = 4
+
+type sentText struct {
+	query, sent string
+	ts          *tagState
+	op          op
+}
+
+// sent returns query as sent for ts, and its operation, from the
+// connection's memory when it ran the same text for the same tag lately.
+func (c *conn) sent(ts *tagState, query string) (string, op) {
+	for i := range c.texts {
+		t := &c.texts[i]
+		if t.ts == ts && len(t.query) == len(query) && t.query == query {
+			return t.sent, t.op
+		}
+	}
+	sent, o := c.in.queryOp(ts, query)
+	c.texts[c.nextText] = sentText{query: query, sent: sent, ts: ts, op: o}
+	c.nextText = (c.nextText + 1) % textCacheSize
+	return sent, o
 }
 
 var (
@@ -131,10 +169,10 @@ func (c *conn) ExecContext(ctx context.Context, query string, args []driver.Name
 		return nil, driver.ErrSkip
 	}
 	ts := c.in.stateFor(ctx)
+	sent, o := c.sent(ts, query)
 	if !c.in.measure {
-		return ex.ExecContext(ctx, c.in.query(ts, query), args)
+		return ex.ExecContext(ctx, sent, args)
 	}
-	sent, o := c.in.queryOp(ts, query)
 	s, sctx := c.in.startOp(ctx, c, ts, o, sent)
 	res, err := ex.ExecContext(sctx, sent, args)
 	if err == driver.ErrSkip { //nolint:errorlint // a sentinel the driver returns as is
@@ -152,10 +190,10 @@ func (c *conn) QueryContext(ctx context.Context, query string, args []driver.Nam
 		return nil, driver.ErrSkip
 	}
 	ts := c.in.stateFor(ctx)
+	sent, o := c.sent(ts, query)
 	if !c.in.measure {
-		return qr.QueryContext(ctx, c.in.query(ts, query), args)
+		return qr.QueryContext(ctx, sent, args)
 	}
-	sent, o := c.in.queryOp(ts, query)
 	s, sctx := c.in.startOp(ctx, c, ts, o, sent)
 	rows, err := qr.QueryContext(sctx, sent, args)
 	if err == driver.ErrSkip { //nolint:errorlint // a sentinel the driver returns as is

@@ -15,6 +15,7 @@ type rows struct {
 	start stmtStart
 	err   error // first error from Next other than io.EOF
 	done  bool
+	own   bool // the connection's reused wrapper (conn.rowsBuf)
 }
 
 var (
@@ -27,8 +28,17 @@ var (
 	_ driver.RowsColumnTypePrecisionScale   = (*rows)(nil)
 )
 
+// newRows wraps inner. The connection's own wrapper is reused when free: a
+// connection reads one result set at a time, and database/sql calls nothing
+// on a driver's rows after closing them.
 func newRows(inner driver.Rows, c *conn, s stmtStart) *rows {
-	return &rows{inner: inner, conn: c, start: s}
+	if c.rowsBusy {
+		return &rows{inner: inner, conn: c, start: s}
+	}
+	c.rowsBusy = true
+	r := &c.rowsBuf
+	*r = rows{inner: inner, conn: c, start: s, own: true}
+	return r
 }
 
 func (r *rows) Columns() []string { return r.inner.Columns() }
@@ -38,6 +48,9 @@ func (r *rows) Close() error {
 	if !r.done {
 		r.done = true
 		r.conn.in.endStmt(r.conn, r.start, firstErr(r.err, err))
+		if r.own {
+			r.conn.rowsBusy = false
+		}
 	}
 	return err
 }

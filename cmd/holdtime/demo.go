@@ -330,6 +330,12 @@ func (d *demoCmd) phase(ctx context.Context, name, what string, db *sql.DB, mp *
 		fmt.Fprint(d.out, "\x1b[u\x1b[J")
 	}
 	d.drawTop(res.top, width)
+	if back := demoWindow - dur; fixed && back > 0 {
+		// The figures above are honest about their window, which is not
+		// this half alone.
+		fmt.Fprintf(d.out, "(the collector's %v window reaches %v back into the half before the fix: give --duration %v or more for halves of their own)\n",
+			demoWindow, back.Round(time.Second), 2*demoWindow)
+	}
 	fmt.Fprintln(d.out)
 	return res, nil
 }
@@ -371,10 +377,14 @@ func (d *demoCmd) taxQuote(ctx context.Context, db *sql.DB, fixed bool) error {
 	return tx.Commit()
 }
 
+// demoWindow is the window of the demo's views, the shortest the collector
+// has.
+const demoWindow = 10 * time.Second
+
 // view is the collector's ranking over the last 10 s, without the demo's
 // own bookkeeping tags.
 func (d *demoCmd) view(col *collector.Collector) collector.TopResponse {
-	resp, _ := col.TopReport(collector.TopQuery{Window: 10 * time.Second})
+	resp, _ := col.TopReport(collector.TopQuery{Window: demoWindow})
 	resp.Rows = slices.DeleteFunc(resp.Rows, func(r collector.TopRow) bool {
 		return r.Tag == "demo_setup" || r.Tag == "flashsale_audit"
 	})

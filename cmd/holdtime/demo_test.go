@@ -57,6 +57,9 @@ func TestDemoTellsTheStory(t *testing.T) {
 	if !books.MatchString(out) {
 		t.Error("the books line does not show 0 / 0 / 0 before and after")
 	}
+	if strings.Contains(out, "window reaches") {
+		t.Error("halves longer than the window, yet the demo says its window reaches back")
+	}
 	if !strings.Contains(out, "/metrics") {
 		t.Error("the demo does not print its /metrics address")
 	}
@@ -110,5 +113,18 @@ func TestDemoRejectsBadFlags(t *testing.T) {
 		if lines := strings.Count(strings.TrimSpace(stderr.String()), "\n"); lines != 0 || !strings.HasPrefix(stderr.String(), "holdtime: ") {
 			t.Errorf("error is not one line: %q", stderr.String())
 		}
+	}
+}
+
+// TestDemoSaysWhenItsWindowReachesBack: halves shorter than the views' 10 s
+// window make the after table reach back before the fix; the demo says so.
+func TestDemoSaysWhenItsWindowReachesBack(t *testing.T) {
+	testenv.Require(t)
+	code, out, errOut := runCLI(t, "demo", "--duration", "4s", "--no-proxysql", "--no-redis-lesson", "--color", "never")
+	if code != 0 {
+		t.Fatalf("exit %d: %s\n%s", code, errOut, out)
+	}
+	if !strings.Contains(out, "window reaches 8s back into the half before the fix: give --duration 20s or more") {
+		t.Errorf("no note that the after table reaches back before the fix:\n%s", out)
 	}
 }

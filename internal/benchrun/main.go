@@ -99,6 +99,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	m := machineOf(ctx)
 	started := time.Now()
 	bins := map[string]string{}
+	var failures []string
 	for _, s := range todo {
 		key := s.module + "|" + s.pkg
 		if bins[key] != "" {
@@ -108,14 +109,19 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		fmt.Fprintf(stdout, "build %s %s\n", s.module, s.pkg)
 		cmd := exec.CommandContext(ctx, "go", "test", "-c", "-o", bin, s.pkg)
 		cmd.Dir = filepath.Join(root, s.module)
-		cmd.Stdout, cmd.Stderr = stdout, os.Stderr
+		cmd.Stdout = stdout
+		var errs bytes.Buffer
+		cmd.Stderr = io.MultiWriter(os.Stderr, &errs)
 		if err := cmd.Run(); err != nil {
-			return fmt.Errorf("build %s: %w", s.pkg, err)
+			// The other suites still run; the report says what was not measured and why.
+			failures = append(failures, fmt.Sprintf("build %s (module %s): %v\n%s", s.pkg, s.module, err, tail(errs.String(), 2000)))
+			bins[key] = "-"
+			continue
 		}
 		bins[key] = bin
 	}
+	todo = slices.DeleteFunc(todo, func(s suite) bool { return bins[s.module+"|"+s.pkg] == "-" })
 	all := make([]results, *rounds)
-	var failures []string
 	for r := range *rounds {
 		all[r] = results{}
 		for k := range todo {

@@ -194,12 +194,49 @@ func (r *Router) ExpireDue(ctx context.Context) (int, error) {
 }
 
 // Run runs both systems' background work (the engine's refill and expiry,
-// Redis's expiry) until ctx ends.
+// Redis's expiry) and deletes route rows older than the engine's
+// Config.TTL plus Config.Retention every 10 minutes, until ctx ends.
 func (r *Router) Run(ctx context.Context) error {
 	done := make(chan error, 1)
 	go func() { done <- r.cfg.Redis.Run(ctx) }()
+	pruned := make(chan struct{})
+	go func() {
+		defer close(pruned)
+		t := time.NewTicker(10 * time.Minute)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				ec := r.cfg.Engine.Config()
+				r.PruneRoutes(ctx, ec.TTL+ec.Retention)
+			}
+		}
+	}()
 	err := r.cfg.Engine.Run(ctx)
+	<-pruned
 	return errors.Join(err, <-done)
+}
+
+// PruneRoutes deletes the route rows of reservations made more than
+// olderThan ago (in batches of 1,000), and returns how many. Keep routes at
+// least as long as a hold can last: a claim without its route goes to Redis.
+func (r *Router) PruneRoutes(ctx context.Context, olderThan time.Duration) (int64, error) {
+	ctx = conntag.WithTag(ctx, r.cfg.Engine.Config().Tags.Expire)
+	var total int64
+	for {
+		res, err := r.cfg.DB.ExecContext(ctx, `DELETE FROM migration_routes
+			WHERE created_at < NOW(6) - INTERVAL ? MICROSECOND LIMIT 1000`, olderThan.Microseconds())
+		if err != nil {
+			return total, fmt.Errorf("migration: prune routes: %w", err)
+		}
+		n, _ := res.RowsAffected()
+		total += n
+		if n < 1000 {
+			return total, nil
+		}
+	}
 }
 
 // touched remembers that a shop left StageRedis: from then on its claims

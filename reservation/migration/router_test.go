@@ -190,6 +190,16 @@ func TestInFlightReservationsHonoured(t *testing.T) {
 	if n := len(e.seen); n != 0 {
 		t.Fatalf("mismatches without a fault: %+v", e.seen)
 	}
+	// Routes outlive their holds, then go.
+	if n, err := e.r.PruneRoutes(ctx, time.Hour); err != nil || n != 0 {
+		t.Fatalf("pruned %d routes younger than an hour, %v", n, err)
+	}
+	if n, err := e.r.PruneRoutes(ctx, 0); err != nil || n != 2 {
+		t.Fatalf("pruned %d routes, %v: want the 2 of on-mysql and shadowed", n, err)
+	}
+	if got, in, _ := e.r.Truth(ctx, shop, "on-mysql"); got != BackendRedis || in {
+		t.Fatalf("after pruning: truth %s, in MySQL %v", got, in)
+	}
 }
 
 // A shadow that hangs (its tables locked) neither fails the customer's

@@ -2,6 +2,18 @@
 // buyers, few items, holds that are abandoned and expire, and reports
 // throughput, latency and whether the books balance. The CLI and the
 // benchmarks use it; it draws nothing itself (see ProgressBar).
+//
+// The same sale drives any Backend: the engine with each strategy
+// (EngineBackend, the default), the Redis design it replaced
+// (NewRedisBackend) and a migration between them (MigrationBackend). Faults
+// are part of the sale: claims killed between their two halves and driven
+// again (Config.KillClaims), restarts of the backend's store
+// (Config.Restarts), and any Event at a share of the buyers, which also
+// divides the report into phases. The audit compares each system's books
+// with what the buyers were told (Report.Paid): oversold is units paid for
+// beyond stock or missing from the ledger, undersold units the ledger counts
+// sold that nobody paid for (and, for one shop, units never sold though
+// demand exceeded stock).
 package flashsale
 
 import (

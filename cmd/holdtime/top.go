@@ -88,7 +88,9 @@ cannot be reached, top says DOWN and retries every interval. q quits (also Ctrl-
 
 It reads a running collector (--collector http://127.0.0.1:9479), or polls ProxySQL's
 admin interface and/or MySQL directly with no daemon (--proxysql, --mysql).
-Wait time per tag is not shown: no source can see it per tag (see conntag's docs).
+With a PROXY column comes WAIT: the statements of the tag waiting for a ProxySQL
+backend, on average over the span (wait-seconds per second): what the tag suffers,
+beside what it holds. The app pool's wait is per pool, not per tag (see conntag's docs).
 
 Polling directly, top waits up to --timeout for every source's first answer; a
 source that refuses the connection or the login, or names an unknown database,
@@ -493,6 +495,9 @@ func (v *topView) table(rows []collector.TopRow) *table {
 	head := []cell{plain("TAG")}
 	for _, l := range v.layers {
 		head = append(head, plain(strings.ToUpper(string(l))), plain("IDLE"))
+		if l == collector.LayerProxy {
+			head = append(head, plain("WAIT"))
+		}
 	}
 	head = append(head, plain("LAYER"), plain("STMT/s"), plain("SESSIONS"), plain("PINS"))
 	tb.left[len(head)-4] = true
@@ -508,6 +513,9 @@ func (v *topView) table(rows []collector.TopRow) *table {
 			switch {
 			case lf == nil:
 				cells = append(cells, plain("-"), plain("-"))
+				if l == collector.LayerProxy {
+					cells = append(cells, plain("-"))
+				}
 				continue
 			case v.warming(l):
 				cells = append(cells, plain("warming"))
@@ -527,6 +535,15 @@ func (v *topView) table(rows []collector.TopRow) *table {
 				idle.style = "31" // mostly idle while held, and the app agrees: the waste
 			}
 			cells = append(cells, idle)
+			if l == collector.LayerProxy {
+				// Statements waiting for a backend, on average: a rate,
+				// like occupancy, over the same span.
+				wait := "warming"
+				if !v.warming(l) {
+					wait = fmt.Sprintf("%.2f", lf.WaitSeconds/max(lf.CoveredSeconds, 1e-3))
+				}
+				cells = append(cells, plain(wait))
+			}
 		}
 		rate := "warming"
 		if !v.warming(r.Layer) {

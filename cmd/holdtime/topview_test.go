@@ -244,3 +244,20 @@ conn_tag comment`, "--layer", "q quits", "warming", "retries"} {
 		}
 	}
 }
+
+// TestTopShowsProxyWait: with a proxy layer, WAIT is the statements
+// waiting for a ProxySQL backend on average over the covered span.
+func TestTopShowsProxyWait(t *testing.T) {
+	proxy := fig(8, 0.1, 400)
+	proxy.WaitSeconds = 3 // over 4 s: 0.75 statements waiting on average
+	resp := layered(4, collector.TopRow{Tag: "inventory_reserve", Layers: map[collector.Layer]*collector.LayerFigures{
+		collector.LayerApp: fig(9, 0.05, 400), collector.LayerProxy: proxy}})
+	out := renderTop(t, resp, 0, false)
+	lines := strings.Split(out, "\n")
+	if h := strings.Join(strings.Fields(lines[2]), " "); h != "TAG APP IDLE PROXY IDLE WAIT LAYER STMT/s SESSIONS PINS" {
+		t.Errorf("header %q: want WAIT after the proxy layer's columns", h)
+	}
+	if f := strings.Fields(rowLine(t, out, "inventory_reserve")); f[3] != "2.00" || f[5] != "0.75" {
+		t.Errorf("row %v: want proxy occupancy 2.00 and 0.75 waiting", f)
+	}
+}

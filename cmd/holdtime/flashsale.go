@@ -663,7 +663,7 @@ func killSaleConnections(ctx context.Context, admin *sql.DB, name string) error 
 	}
 	rows.Close()
 	for _, id := range ids {
-		admin.ExecContext(ctx, "KILL ?", id) // one that ended meanwhile is fine
+		admin.ExecContext(ctx, fmt.Sprintf("KILL %d", id)) // one that ended meanwhile is fine
 	}
 	return rows.Err()
 }

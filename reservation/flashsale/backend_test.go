@@ -3,6 +3,7 @@ package flashsale
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"testing"
 	"time"
 
@@ -143,7 +144,7 @@ func killConnections(ctx context.Context, admin *sql.DB, name string) error {
 	}
 	rows.Close()
 	for _, id := range ids {
-		admin.ExecContext(ctx, "KILL ?", id) // gone already is fine
+		admin.ExecContext(ctx, fmt.Sprintf("KILL %d", id)) // gone already is fine
 	}
 	return rows.Err()
 }

@@ -261,3 +261,39 @@ func TestTopShowsProxyWait(t *testing.T) {
 		t.Errorf("row %v: want proxy occupancy 2.00 and 0.75 waiting", f)
 	}
 }
+
+// FuzzTable: whatever the cells and the width, colour never moves a column
+// nor survives a cut, and no line is wider than the terminal.
+func FuzzTable(f *testing.F) {
+	f.Add("checkout_tax_quote", "3.52", "97%", uint8(1), 40)
+	f.Add("ünïcode_täg", "warming", "-", uint8(2), 7)
+	f.Add("", "", "", uint8(0), 0)
+	f.Fuzz(func(t *testing.T, a, b, c string, styleN uint8, width int) {
+		if !utf8.ValidString(a+b+c) || strings.ContainsAny(a+b+c, "\x1b\n\r\t") {
+			t.Skip()
+		}
+		style := []string{"", "1", "31", "33", "1;31"}[styleN%5] // the styles top draws
+		width = max(width%200, 0)
+		tb := &table{left: map[int]bool{0: true}}
+		tb.add(plain("TAG"), plain("APP"), plain("IDLE"))
+		tb.add(cell{a, style}, plain(b), cell{c, "31"})
+		tb.add(cell{"a heading across the table", "1"})
+		tb.add(plain(c), cell{a, style}, plain(b))
+		var plainOut, colourOut strings.Builder
+		tb.write(&plainOut, width, false)
+		tb.write(&colourOut, width, true)
+		if stripANSI(colourOut.String()) != plainOut.String() {
+			t.Errorf("colour changes the layout:\n%q\n%q", stripANSI(colourOut.String()), plainOut.String())
+		}
+		for _, l := range strings.Split(strings.TrimSuffix(plainOut.String(), "\n"), "\n") {
+			if n := utf8.RuneCountInString(l); width > 0 && n > width {
+				t.Errorf("line of %d columns at width %d: %q", n, width, l)
+			}
+		}
+		for _, l := range strings.Split(colourOut.String(), "\n") {
+			if opened, closed := strings.Count(l, "\x1b[")-strings.Count(l, "\x1b[0m"), strings.Count(l, "\x1b[0m"); opened != closed {
+				t.Errorf("a colour left on: %q", l)
+			}
+		}
+	})
+}

@@ -56,7 +56,7 @@ type suite struct {
 }
 
 var suites = []suite{
-	{name: "conntag, stub driver", module: ".", pkg: "./conntag", bench: "^BenchmarkStatement$", benchtime: "100000x", quick: "30000x", count: 5},
+	{name: "conntag, stub driver", module: ".", pkg: "./conntag", bench: "^BenchmarkStatementInterleaved$", benchtime: "30x", quick: "10x"},
 	{name: "conntag vs otelsql, stub driver", module: "internal/benchcmp", pkg: ".", bench: "^BenchmarkOverhead$", benchtime: "100000x", quick: "30000x", count: 5},
 	{name: "conntag, loopback", module: ".", pkg: "./conntag", bench: "^BenchmarkLoopback$", benchtime: "20000x", quick: "4000x", oneCPU: true},
 	{name: "reservation: engine vs baselines", module: ".", pkg: "./reservation", bench: "^BenchmarkEngineVsMinimal$", benchtime: "1200x", quick: "300x"},

@@ -114,9 +114,16 @@
 //     counters above already give occupancy, average hold and the split.
 //
 // Counters are kept in atomics and read when metrics are collected; a
-// statement costs two clock reads and a few atomic adds (a hold two more),
-// plus one string allocation for the tagged text. Nothing is registered
-// anywhere the caller did not pass.
+// statement costs two clock reads and a few atomic adds (a hold two more
+// reads). A connection remembers the tagged text of its last four
+// statements, so a repeated statement is neither scanned nor allocated
+// again, and it reuses its result-set wrapper: on the stub driver a
+// statement through database/sql gains no allocation (BenchmarkStatementInterleaved).
+// The clock is the runtime's monotonic clock (BenchmarkClock: 35–60 ns a
+// read on this project's 2-core VMs, whose clocksource is tsc); a private
+// TSC clock would save part of that but lose the kernel's guard against an
+// unstable TSC, so conntag does not use one. Nothing is registered anywhere
+// the caller did not pass.
 //
 // # Spans
 //
@@ -154,9 +161,9 @@
 // profiles.) The leaf frame is the borrower's line: the BeginTx, Conn or
 // QueryContext call whose connection was kept; the slow call made while
 // holding it is in the same function, after that line. Off by default, and
-// then it costs nothing: no stack is taken. At the default rate it adds
-// tens of nanoseconds per hold on average, a sampled borrow a few
-// microseconds (BenchmarkStatementInterleaved). Holds still open are not in
+// then it costs nothing: no stack is taken and nothing is added to a
+// statement. At the default rate it added 70–100 ns per hold on average, a
+// sampled borrow 2–4 µs (BenchmarkStatementInterleaved). Holds still open are not in
 // the profile until they end.
 //
 // # Cardinality

@@ -156,6 +156,8 @@ func TestTruncatedTextIsUnknown(t *testing.T) {
 		want string
 	}{
 		{"/* conn_tag:a */ SELECT 'xxx...", "a"},
+		{"SELECT 1 /* conn_tag:a */", "a"},
+		{"SELECT 'xxxxxxxxxxxxxxxx', 1 /* conn_tag:a */", "a"},
 		{"SELECT 'xxxxxxxxxxxxxxxx...", UnknownTag},
 		{"SELECT 'x...', 1", UntaggedTag},
 	} {

@@ -104,6 +104,14 @@ type MySQLConfig struct {
 	// the app connects without ProxySQL) before it is reported as unknown.
 	// Used with the OTLP receiver only. Default 10 s.
 	TagGrace time.Duration
+	// LocksInterval is how often the server's locks (per tag and kind,
+	// from SHOW ENGINE INNODB STATUS on MariaDB, performance_schema.
+	// data_locks on MySQL 8), deadlocks and thread saturation are read
+	// (source mysql_locks). Default 10 s: the status text can be large.
+	// Negative turns it off. MariaDB lists locks only with
+	// innodb_status_output_locks=ON: the source says so (degraded) and
+	// never sets it.
+	LocksInterval time.Duration
 }
 
 // MinServerInterval is the shortest MySQL poll interval. InnoDB serves
@@ -197,6 +205,7 @@ func (cfg Config) withDefaults() (Config, error) {
 		}
 		m.Interval = cmp.Or(m.Interval, time.Second)
 		m.TagGrace = cmp.Or(m.TagGrace, 10*time.Second)
+		m.LocksInterval = cmp.Or(m.LocksInterval, 10*time.Second)
 		if m.TagGrace < 0 {
 			return cfg, fmt.Errorf("mysql target %q: TagGrace must be positive", m.Name)
 		}

@@ -24,6 +24,9 @@ type metricsCollector struct {
 	layerHold, layerIdle, layerActive *prometheus.Desc
 	layerStmts, layerErrs             *prometheus.Desc
 	wait, layerWait, waiting          *prometheus.Desc
+	locks, deadlocks, lockOutput      *prometheus.Desc
+	thrRunning, thrConnected, maxConn *prometheus.Desc
+	thrQueue, thrQueueOldest          *prometheus.Desc
 	layerSessions, layerSource        *prometheus.Desc
 }
 
@@ -46,6 +49,15 @@ func newMetricsCollector(s *store) *metricsCollector {
 		wait:      d("holdtime_collector_wait_seconds_total", "Seconds statements waited for a connection, per tag: at ProxySQL, for a backend (sessions with no backend in state Connect; the tag comes from what the session ran next, the events log or an app span, else unknown). Not part of hold."+perSource, tagLabels, nil),
 		layerWait: d("holdtime_collector_layer_wait_seconds_total", "Seconds statements waited for a connection per tag at a layer (proxy: for a ProxySQL backend), from the layer's headline source: the tags that suffer, beside holdtime_collector_layer_hold_seconds_total, the tags that cause it.", layerLabels, nil),
 		waiting:   d("holdtime_proxysql_waiting_sessions", "ProxySQL client sessions waiting for a backend connection now (sampled from stats_mysql_processlist).", []string{"target"}, nil),
+
+		locks:          d("holdtime_mysql_locks", "InnoDB locks held (state=held) and waited for (state=waiting) by open transactions, per tag and kind (record, gap, next_key, insert_intention, supremum, table_*): rows for record kinds, tables for table kinds. Read every LocksInterval (source mysql_locks); MariaDB lists locks only with innodb_status_output_locks=ON (holdtime_mysql_lock_output_enabled).", []string{"target", "conn_tag", "kind", "state"}, nil),
+		deadlocks:      d("holdtime_mysql_deadlocks_total", "InnoDB deadlocks, each counted once, by the tag of the victim transaction (rolled back) and of the other; unknown, unknown for deadlocks the server counted whose detail was overwritten before a read.", []string{"target", "victim_tag", "other_tag"}, nil),
+		lockOutput:     d("holdtime_mysql_lock_output_enabled", "1 when the server lists locks (MySQL 8 always; MariaDB with innodb_status_output_locks=ON), else 0: holdtime_mysql_locks is then absent. The collector never changes the setting.", []string{"target"}, nil),
+		thrRunning:     d("holdtime_mysql_threads_running", "Threads_running: statements the server is executing now.", []string{"target"}, nil),
+		thrConnected:   d("holdtime_mysql_threads_connected", "Threads_connected: client connections.", []string{"target"}, nil),
+		maxConn:        d("holdtime_mysql_max_connections", "max_connections.", []string{"target"}, nil),
+		thrQueue:       d("holdtime_mysql_thread_queue", "Statements waiting for a thread to run them, when the server queues them and the queue can be read: queue=thread_pool (MariaDB thread_handling=pool-of-threads, THREAD_POOL_GROUPS QUEUE_LENGTH), innodb_thread_concurrency (MySQL, ROW OPERATIONS' queries in queue), none (one thread per connection: never a queue). Absent when the queue cannot be read.", []string{"target", "queue"}, nil),
+		thrQueueOldest: d("holdtime_mysql_thread_queue_oldest_seconds", "How long the oldest statement queued in MariaDB's thread pool has waited (THREAD_POOL_QUEUES).", []string{"target"}, nil),
 
 		layerHold:     d("holdtime_collector_layer_hold_seconds_total", "Seconds connections were held per tag at a layer (app: client pool, proxy: ProxySQL backend, server: MySQL connection), from the layer's headline source (holdtime_collector_layer_source). rate() is occupancy; sum over target, never over layer.", layerLabels, nil),
 		layerIdle:     d("holdtime_collector_layer_idle_hold_seconds_total", "Seconds connections were held with no statement running, per tag and layer, from the layer's headline source.", layerLabels, nil),
@@ -88,7 +100,8 @@ func (m *metricsCollector) Describe(ch chan<- *prometheus.Desc) {
 		m.poolConns, m.poolErrs, m.poolQueries, m.poolLatency, m.clientConns, m.activeTrx, m.getFails,
 		m.trx, m.trxAge, m.rowsLocked, m.waits, m.up, m.lastSuccess, m.overflow, m.bad, m.state, m.degraded,
 		m.layerHold, m.layerIdle, m.layerActive, m.layerStmts, m.layerErrs, m.layerSessions, m.layerSource,
-		m.wait, m.layerWait, m.waiting} {
+		m.wait, m.layerWait, m.waiting, m.locks, m.deadlocks, m.lockOutput, m.thrRunning, m.thrConnected, m.maxConn,
+		m.thrQueue, m.thrQueueOldest} {
 		ch <- d
 	}
 }
@@ -164,6 +177,24 @@ func (m *metricsCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		if k.source == SourceProxySQLProcesslist {
 			ch <- prometheus.MustNewConstMetric(m.waiting, g, float64(gs.waiting), t)
+		}
+		if lf := gs.locks; lf != nil {
+			for k, n := range lf.locks {
+				ch <- prometheus.MustNewConstMetric(m.locks, g, float64(n), t, k[0], k[1], k[2])
+			}
+			for k, n := range lf.deadlocks {
+				ch <- prometheus.MustNewConstMetric(m.deadlocks, c, n, t, k[0], k[1])
+			}
+			ch <- prometheus.MustNewConstMetric(m.lockOutput, g, b2f(lf.lockOutputOn), t)
+			ch <- prometheus.MustNewConstMetric(m.thrRunning, g, float64(lf.sat.ThreadsRunning), t)
+			ch <- prometheus.MustNewConstMetric(m.thrConnected, g, float64(lf.sat.ThreadsConnected), t)
+			ch <- prometheus.MustNewConstMetric(m.maxConn, g, float64(lf.sat.MaxConnections), t)
+			if lf.sat.QueueKnown {
+				ch <- prometheus.MustNewConstMetric(m.thrQueue, g, float64(lf.sat.Queued), t, lf.sat.QueueSource)
+			}
+			if tp := lf.sat.ThreadPool; tp != nil {
+				ch <- prometheus.MustNewConstMetric(m.thrQueueOldest, g, tp.OldestQueuedSeconds, t)
+			}
 		}
 		for _, p := range gs.pool {
 			hg := strconv.FormatInt(p.Hostgroup, 10)

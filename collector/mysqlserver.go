@@ -211,6 +211,9 @@ type mysqlTarget struct {
 	hints       map[int64][]sessionHint
 	pendingHold []serverPending
 
+	locks    *locksReader   // nil with LocksInterval < 0
+	excluded map[int64]bool // the lock reader's connection
+
 	// join publishes each connection's statements for the proxy↔server
 	// join; joinBuf collects those of one poll (server timer).
 	join    *serverJoin
@@ -238,15 +241,27 @@ func newMySQLTarget(c *Collector, cfg MySQLConfig) (*mysqlTarget, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &mysqlTarget{c: c, cfg: cfg, secret: mc.Passwd, user: mc.User, db: db, causes: mc.Logger.(*causeLogger),
+	m := &mysqlTarget{c: c, cfg: cfg, secret: mc.Passwd, user: mc.User, db: db, causes: mc.Logger.(*causeLogger),
 		sessions: map[int64]*serverSession{}, maxGap: max(4*cfg.Interval, time.Second), batch: map[string]*tagDelta{},
 		seenStmts: map[stmtKey]uint64{}, running: map[stmtKey]*runningStmt{}, join: newServerJoin(),
-		hints: hintsIf(c.cfg.OTLP.Enabled)}, nil
+		hints: hintsIf(c.cfg.OTLP.Enabled)}
+	if cfg.LocksInterval > 0 {
+		if m.locks, err = newLocksReader(m, cfg.DSN); err != nil {
+			db.Close()
+			return nil, err
+		}
+	}
+	return m, nil
 }
 
 func (m *mysqlTarget) start(ctx context.Context, wg *sync.WaitGroup) {
 	p := &poller{c: m.c, target: m.cfg.Name, source: SourceMySQL, interval: m.cfg.Interval, poll: m.poll, secret: m.secret, causes: m.causes}
 	wg.Go(func() { p.run(ctx) })
+	if m.locks != nil {
+		lp := &poller{c: m.c, target: m.cfg.Name, source: SourceMySQLLocks, interval: m.cfg.LocksInterval, poll: m.locks.poll,
+			secret: m.secret, causes: m.causes}
+		wg.Go(func() { lp.run(ctx) })
+	}
 }
 
 func (m *mysqlTarget) close() error {
@@ -256,7 +271,24 @@ func (m *mysqlTarget) close() error {
 		m.conn.Close()
 		m.conn = nil
 	}
+	if m.locks != nil {
+		m.locks.close()
+	}
 	return m.db.Close()
+}
+
+// exclude leaves connection id out of the source's figures: the lock
+// reader's own.
+func (m *mysqlTarget) exclude(id int64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.excluded == nil {
+		m.excluded = map[int64]bool{}
+	}
+	if !m.excluded[id] {
+		clear(m.excluded) // the reader has one connection: its old id is gone
+		m.excluded[id] = true
+	}
 }
 
 // tagOfStatement parses a statement's tag. Statements that drivers and
@@ -774,7 +806,7 @@ func (m *mysqlTarget) apply(at time.Time, rows []serverRow, stmts []stmtRow, wai
 	}
 	listed := make(map[int64]*serverRow, len(rows))
 	for i := range rows {
-		if r := &rows[i]; !(r.info.Valid && isCollectorStatement(r.info.String)) {
+		if r := &rows[i]; !(r.info.Valid && isCollectorStatement(r.info.String)) && !m.excluded[r.id] {
 			listed[r.id] = r
 		}
 	}
@@ -1030,7 +1062,7 @@ func (m *mysqlTarget) completed(stmts []stmtRow, sampled map[int64]bool, timed b
 		if st.end > maxEnd {
 			maxEnd, maxKey = st.end, st.key
 		}
-		if isCollectorStatement(st.text) {
+		if isCollectorStatement(st.text) || m.excluded[st.pid] {
 			continue
 		}
 		fresh = append(fresh, st)

@@ -154,6 +154,7 @@ type gauges struct {
 	trx      map[string]trxFigures // tag -> INNODB_TRX figures
 	waits    map[[2]string]int     // (waiter tag, blocker tag) -> lock waits
 	waiting  int                   // ProxySQL sessions waiting for a backend now
+	locks    *lockFigures          // SourceMySQLLocks: locks, deadlocks, saturation
 }
 
 // PoolServer is one row of stats_mysql_connection_pool.

@@ -8,6 +8,13 @@ const (
 	myTrxAge     = "holdtime_mysql_transaction_max_age_seconds"
 	myRowsLocked = "holdtime_mysql_rows_locked"
 	myLockWaits  = "holdtime_mysql_lock_waits"
+	myLocks      = "holdtime_mysql_locks"
+	myDeadlocks  = "holdtime_mysql_deadlocks_total"
+	myThrRunning = "holdtime_mysql_threads_running"
+	myThrConn    = "holdtime_mysql_threads_connected"
+	myMaxConn    = "holdtime_mysql_max_connections"
+	myThrQueue   = "holdtime_mysql_thread_queue"
+	myQueueOld   = "holdtime_mysql_thread_queue_oldest_seconds"
 	selMySQL     = `source="mysql"`
 )
 
@@ -56,6 +63,49 @@ func mysqlServer() *dashboard.DashboardBuilder {
 		width:       24,
 		height:      6,
 	}))
+
+	b = b.WithRow(row("Locks, deadlocks and threads"))
+	for _, p := range []panel{{
+		title: "Locks held by tag and kind",
+		description: "InnoDB locks held by open transactions per tag and kind (record: rows; gap, next_key, supremum: ranges a queue-like read " +
+			"at REPEATABLE READ locks, which READ COMMITTED does not; table_*: intention locks). MariaDB lists them only with " +
+			"innodb_status_output_locks=ON (see holdtime locks). Read every LocksInterval (source mysql_locks).",
+		unit:    unitCount,
+		queries: []q{{"sum by (conn_tag, kind) (" + myLocks + sel(selTarget, selTag, `state="held"`) + ")", "{{conn_tag}} {{kind}}"}},
+		stack:   true,
+	}, {
+		title:       "Deadlocks: victim ← other",
+		description: "InnoDB deadlocks per second, each counted once, by the tag of the transaction rolled back (victim) and of the other. `holdtime locks` shows the statements and locks of each.",
+		unit:        unitPerSec,
+		queries:     []q{{"sum by (victim_tag, other_tag) (" + rate(myDeadlocks, selTarget) + ")", "{{victim_tag}} ← {{other_tag}}"}},
+		thresholds:  thresholds(green, step{0.01, orange}, step{1, red}),
+	}, {
+		title:       "Server threads",
+		description: "Threads_running (statements executing), Threads_connected and max_connections. Running far above the CPUs means statements queue inside the server.",
+		unit:        unitCount,
+		queries: []q{
+			{"max by (target) (" + myThrRunning + sel(selTarget) + ")", "running {{target}}"},
+			{"max by (target) (" + myThrConn + sel(selTarget) + ")", "connected {{target}}"},
+			{"max by (target) (" + myMaxConn + sel(selTarget) + ")", "max_connections {{target}}"},
+		},
+	}, {
+		title: "Statements queued for a thread",
+		description: "Statements waiting for a thread to run them: MariaDB's thread pool queues (thread_handling=pool-of-threads), " +
+			"MySQL's innodb_thread_concurrency queue; 0 with one thread per connection. Above 0 for long: the pool or the limit " +
+			"is too small for the load (alert HoldtimeMySQLThreadQueue).",
+		unit:           unitCount,
+		queries:        []q{{"max by (target, queue) (" + myThrQueue + sel(selTarget) + ")", "{{queue}} {{target}}"}},
+		thresholds:     thresholds(green, step{1, orange}, step{10, red}),
+		showThresholds: true,
+	}, {
+		title:       "Oldest statement queued for a thread",
+		description: "How long the oldest statement queued in MariaDB's thread pool has waited (THREAD_POOL_QUEUES).",
+		unit:        unitSeconds,
+		queries:     []q{{"max by (target) (" + myQueueOld + sel(selTarget) + ")", "{{target}}"}},
+		thresholds:  thresholds(green, step{0.1, orange}, step{1, red}),
+	}} {
+		b = b.WithPanel(timeSeries(p))
+	}
 
 	b = b.WithRow(row("Server layer: connections by tag (headline: mysql)"))
 	for _, p := range layerRow("server", "Server", selServer) {

@@ -72,7 +72,8 @@ func startLocalTop(ctx context.Context, proxysqlDSNs, mysqlDSNs []string, timeou
 			return nil, err
 		}
 		// top is interactive: poll faster than the daemon's default.
-		cfg.MySQL = append(cfg.MySQL, collector.MySQLConfig{Name: name, DSN: dsn, Interval: 250 * time.Millisecond})
+		// top shows hold, not locks: no lock reader (`holdtime locks` is the view of those).
+		cfg.MySQL = append(cfg.MySQL, collector.MySQLConfig{Name: name, DSN: dsn, Interval: 250 * time.Millisecond, LocksInterval: -1})
 		targets["mysql/"+name] = localTarget{kind: "mysql", addr: mc.Addr, net: mc.Net}
 	}
 	c, err := collector.New(cfg)

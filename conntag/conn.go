@@ -29,6 +29,8 @@ type conn struct {
 	longTimer   *time.Timer
 	sessionID   int64        // see WithSessionID; 0 when unknown
 	prof        *profileSlot // WithHoldProfile: this hold's sample, if sampled
+	profSkip    int64        // WithHoldProfile: borrows before the next sample
+	profDrawn   bool         // profSkip has been drawn
 
 	// skipArgs remembers that the inner driver answered ErrSkip to an
 	// Exec/Query with arguments (go-sql-driver/mysql does unless

@@ -162,7 +162,7 @@
 // QueryContext call whose connection was kept; the slow call made while
 // holding it is in the same function, after that line. Off by default, and
 // then it costs nothing: no stack is taken and nothing is added to a
-// statement. At the default rate it added 70–100 ns per hold on average, a
+// statement. At the default rate it added 40–100 ns per hold on average, a
 // sampled borrow 2–4 µs (BenchmarkStatementInterleaved). Holds still open are not in
 // the profile until they end.
 //

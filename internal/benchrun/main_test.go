@@ -48,9 +48,9 @@ func TestRenderTargets(t *testing.T) {
 	}
 	md := render(machine{}, "make bench", 3, false, []results{round(0.95), round(0.79), round(1.1)}, nil)
 	for _, want := range []string{
-		"| work 2ms, 32 concurrent: engine / minimal | minimal loop | 0.95 | 0.79 – 1.10 | × | ≥ 0.8 every run: **not met** (0.79) |",
+		"| work 2ms, 32 concurrent: engine / minimal | minimal loop | 0.950 | 0.790 – 1.100 | 0.950, 0.790, 1.100 | × | ≥ 0.8 every run: **not met** (0.790) |",
 		"| work 2ms, 64 concurrent: engine / minimal | minimal loop | not measured |",
-		"work 2ms, 32 concurrent: engine / minimal: 0.79 ×, target ≥ 0.8 every run",
+		"work 2ms, 32 concurrent: engine / minimal: 0.790 ×, target ≥ 0.8 every run",
 	} {
 		if !strings.Contains(md, want) {
 			t.Errorf("report lacks %q", want)

@@ -213,6 +213,8 @@ func sections() []section {
 
 func format(v float64, unit string) string {
 	switch {
+	case unit == "×" && math.Abs(v) < 10:
+		return fmt.Sprintf("%.3f", v) // a target such as ≤ 1.02 needs the third digit
 	case unit == "×":
 		return fmt.Sprintf("%.2f", v)
 	case math.Abs(v) >= 100:
@@ -243,7 +245,8 @@ func render(m machine, cmdline string, rounds int, quick bool, all []results, fa
 	p("Every figure is measured against its baseline **in the same run** (a ratio, or what the variant adds to the baseline), ")
 	p("because this machine is shared and noisy: absolute figures move with the neighbours' load, ratios of variants that ran ")
 	p("side by side much less. %d rounds; each round runs every suite once, in an order that rotates from round to round. ", rounds)
-	p("The value is the median over the rounds, the spread the lowest and highest round. A target marked *every run* is ")
+	p("The value is the median over the rounds, the spread the lowest and highest round, and rounds lists every round in ")
+	p("order (round 1 first), so that a dip can be set against the same round's A/A figure. A target marked *every run* is ")
 	p("checked on the worst round. The microbenchmarks (otelsql comparison, collector, analyze) run several times in each round and ")
 	p("count their least disturbed run there.")
 	if quick {
@@ -258,7 +261,7 @@ func render(m machine, cmdline string, rounds int, quick bool, all []results, fa
 	var unmet []string
 	for _, s := range sections() {
 		p("## %s\n\n%s\n\n", s.title, s.intro)
-		p("| figure | baseline (same run) | median | spread | unit | target |\n|---|---|---|---|---|---|\n")
+		p("| figure | baseline (same run) | median | spread | rounds | unit | target |\n|---|---|---|---|---|---|---|\n")
 		for _, f := range s.figures {
 			var vals []float64
 			for _, r := range all {
@@ -267,13 +270,17 @@ func render(m machine, cmdline string, rounds int, quick bool, all []results, fa
 				}
 			}
 			if len(vals) == 0 {
-				p("| %s | %s | not measured | | %s | %s |\n", f.name, f.baseline, f.unit, f.target)
+				p("| %s | %s | not measured | | | %s | %s |\n", f.name, f.baseline, f.unit, f.target)
 				if f.target != "" {
 					unmet = append(unmet, fmt.Sprintf("%s — %s: not measured (the benchmark did not report it)", s.title, f.name))
 				}
 				continue
 			}
 			med, lo, hi := median(vals), slices.Min(vals), slices.Max(vals)
+			each := make([]string, len(vals))
+			for i, v := range vals {
+				each[i] = format(v, f.unit)
+			}
 			spread := fmt.Sprintf("%s – %s", format(lo, f.unit), format(hi, f.unit))
 			if len(vals) == 1 {
 				spread = "(1 round)"
@@ -298,7 +305,7 @@ func render(m machine, cmdline string, rounds int, quick bool, all []results, fa
 			if f.note != "" {
 				name += " (" + f.note + ")"
 			}
-			p("| %s | %s | %s | %s | %s | %s |\n", name, f.baseline, format(med, f.unit), spread, f.unit, target)
+			p("| %s | %s | %s | %s | %s | %s | %s |\n", name, f.baseline, format(med, f.unit), spread, strings.Join(each, ", "), f.unit, target)
 		}
 		p("\n")
 	}
@@ -321,6 +328,22 @@ func render(m machine, cmdline string, rounds int, quick bool, all []results, fa
 	p("While the pool keeps up (engine inline refills 0 per reserve) the engine and the minimal loop differ by about as much ")
 	p("as the minimal loop differs from itself (the A/A row): compare a dip with that row before reading it as the engine's. ")
 	p("Single slices (6 per round) are far noisier than whole runs on a shared 2-core machine.\n\n")
+	p("The targeted cases round by round, each dip next to the noise of the same round:\n\n")
+	p("| case | round | engine / minimal | A/A (minimal_aa / minimal) | engine inline refills /op | engine retries /op |\n|---|---|---|---|---|---|\n")
+	for _, c := range []string{"32", "64"} {
+		bench := "BenchmarkEngineVsMinimal/work=2ms/conc=" + c
+		for i, r := range all {
+			cell := func(unit string) string {
+				if v, ok := get(r, bench, unit); ok {
+					return format(v, "×")
+				}
+				return "–"
+			}
+			p("| 2 ms work, %s concurrent | %d | %s | %s | %s | %s |\n", c, i+1, cell("engine/minimal"), cell("aa"),
+				cell("engine_inline_refills/op"), cell("engine_retries/op"))
+		}
+	}
+	p("\n")
 	if len(failures) > 0 {
 		p("## Failed runs\n\n")
 		for _, f := range failures {

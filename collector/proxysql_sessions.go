@@ -339,6 +339,13 @@ func (p *proxysqlSessions) waitedWithin(id int64, from, to time.Time) float64 {
 			sec += w.sec
 		}
 	}
+	// The latest sample is credited only when the next one is taken: a
+	// statement that stopped waiting just after it can be logged first.
+	for i := range p.sampler.held {
+		if h := &p.sampler.held[i]; h.Waiting && h.SessionID == id && !h.At.Before(from) && !h.At.After(to) {
+			sec += p.sampleGap().Seconds()
+		}
+	}
 	return sec
 }
 

@@ -16,6 +16,11 @@ func snapshot10k() []ProcesslistRow {
 		r := &rows[i]
 		r.SessionID = int64(i + 1)
 		r.User = sql.NullString{String: "app", Valid: true}
+		if i%3 != 2 {
+			// A backend: ProxySQL's local address, as the server sees it.
+			r.LSrvHost = sql.NullString{String: "10.0.0.2", Valid: true}
+			r.LSrvPort = sql.NullInt64{Int64: int64(30000 + i), Valid: true}
+		}
 		switch i % 3 {
 		case 0:
 			r.SrvHost = sql.NullString{String: "10.0.0.1", Valid: true}

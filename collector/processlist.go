@@ -458,7 +458,7 @@ func backendOf(row *ProcesslistRow) backendState {
 		return b
 	}
 	if row.LSrvHost.Valid && row.LSrvPort.Valid {
-		b.key.local = row.LSrvHost.String + ":" + strconv.FormatInt(row.LSrvPort.Int64, 10)
+		b.key.local = hostPort{row.LSrvHost.String, row.LSrvPort.Int64}
 	}
 	if row.ExtendedInfo.Valid {
 		ext := row.ExtendedInfo.String

@@ -2,6 +2,8 @@ package collector
 
 import (
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 )
@@ -55,14 +57,14 @@ type joinConn struct {
 type serverJoin struct {
 	mu     sync.Mutex
 	conns  map[int64]*joinConn
-	byHost map[string]int64
+	byHost map[hostPort]int64
 	// through is the collector time up to which completed statements have
 	// been read: a statement that started before it and has ended is known.
 	through time.Time
 }
 
 func newServerJoin() *serverJoin {
-	return &serverJoin{conns: map[int64]*joinConn{}, byHost: map[string]int64{}}
+	return &serverJoin{conns: map[int64]*joinConn{}, byHost: map[hostPort]int64{}}
 }
 
 // update replaces the connection list and appends the statements completed
@@ -81,8 +83,8 @@ func (j *serverJoin) update(at, through time.Time, hosts map[int64]string, stmts
 			c.host, c.stmts = h, c.stmts[:0] // another connection with a reused id
 		}
 		c.seen = at
-		if h != "" {
-			j.byHost[h] = id
+		if hp := parseHostPort(h); hp != (hostPort{}) {
+			j.byHost[hp] = id
 		}
 	}
 	for id, ss := range stmts {
@@ -127,16 +129,37 @@ func (j *serverJoin) reset() {
 // connected from ("" when not shown).
 type backendKey struct {
 	thread int64
-	local  string
+	local  hostPort
 }
 
-func (k backendKey) valid() bool { return k.thread != 0 || k.local != "" }
+// hostPort is an address as host and port: kept apart so that a row's
+// address needs no string built per sample.
+type hostPort struct {
+	host string
+	port int64
+}
+
+// parseHostPort reads the processlist's HOST column, "host:port" for a
+// TCP client; the zero value otherwise.
+func parseHostPort(s string) hostPort {
+	i := strings.LastIndexByte(s, ':')
+	if i < 0 {
+		return hostPort{}
+	}
+	port, err := strconv.ParseInt(s[i+1:], 10, 64)
+	if err != nil {
+		return hostPort{}
+	}
+	return hostPort{s[:i], port}
+}
+
+func (k backendKey) valid() bool { return k.thread != 0 || k.local != (hostPort{}) }
 
 // conn finds the server connection of a backend. With both a thread id and
 // a local address, both must agree: a thread id of another server behind
 // the same ProxySQL would otherwise match by chance.
 func (j *serverJoin) conn(k backendKey) *joinConn {
-	if k.local != "" {
+	if k.local != (hostPort{}) {
 		id, ok := j.byHost[k.local]
 		if !ok || k.thread != 0 && id != k.thread {
 			return nil

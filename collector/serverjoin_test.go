@@ -13,7 +13,7 @@ func TestServerJoinTagOfIdle(t *testing.T) {
 	st := func(kind joinStmtKind, tag string, start int) joinStmt {
 		return joinStmt{kind: kind, tag: tag, start: ms(start), end: ms(start + 1)}
 	}
-	key := backendKey{thread: 7, local: "127.0.0.1:40000"}
+	key := backendKey{thread: 7, local: hostPort{"127.0.0.1", 40000}}
 	// One backend, borrowed in turn: short (autocommit), then a hog
 	// transaction, then a pin after a statement, then a borrow whose BEGIN
 	// reaches the server just after the sample.
@@ -26,7 +26,7 @@ func TestServerJoinTagOfIdle(t *testing.T) {
 		st(joinBegin, "", 2000),
 	}
 	j := newServerJoin()
-	j.update(ms(0), ms(3000), map[int64]string{7: key.local}, map[int64][]joinStmt{7: stmts})
+	j.update(ms(0), ms(3000), map[int64]string{7: "127.0.0.1:40000"}, map[int64][]joinStmt{7: stmts})
 	for _, c := range []struct {
 		name        string
 		key         backendKey
@@ -51,7 +51,7 @@ func TestServerJoinTagOfIdle(t *testing.T) {
 	// A connection id reused by another client (another HOST) forgets
 	// the old statements.
 	j.update(ms(3000), ms(3000), map[int64]string{7: "127.0.0.1:40001"}, nil)
-	if _, res := j.tagOfIdle(backendKey{thread: 7, local: "127.0.0.1:40001"}, ms(300), ms(800)); res == joinTagged {
+	if _, res := j.tagOfIdle(backendKey{thread: 7, local: hostPort{"127.0.0.1", 40001}}, ms(300), ms(800)); res == joinTagged {
 		t.Error("a reused connection id kept the old connection's statements")
 	}
 }
@@ -64,7 +64,7 @@ func TestBackendOfAndCarriedBorrow(t *testing.T) {
 	row := ProcesslistRow{SrvHost: sql.NullString{String: "db", Valid: true}, LSrvHost: sql.NullString{String: "127.0.0.1", Valid: true},
 		LSrvPort: sql.NullInt64{Int64: 5000, Valid: true}, ExtendedInfo: ext(5, 4, 60)}
 	b := backendOf(&row)
-	if b.key != (backendKey{13, "127.0.0.1:5000"}) || b.get != 5 || b.put != 4 || b.questions != 60 || !b.extended {
+	if b.key != (backendKey{13, hostPort{"127.0.0.1", 5000}}) || b.get != 5 || b.put != 4 || b.questions != 60 || !b.extended {
 		t.Fatalf("backendOf = %+v", b)
 	}
 	c := carriedTag{tag: "x", backend: b}

@@ -33,7 +33,7 @@ benchcmp-test:
 	cd internal/benchcmp && $(GO) vet ./... && $(GO) test -count=1 ./...
 
 deps-demo:
-	.ci/install-deps build mariadb
+	.ci/install-deps build mariadb redis # redis-server: the demo's second lesson (the Redis design)
 
 deps:
 	.ci/install-deps

@@ -146,26 +146,42 @@ type Counting interface {
 
 // Report is what a sale did.
 type Report struct {
-	Strategy    reservation.Strategy // the engine's strategy (empty for another Backend)
-	Backend     string               // Backend.Name()
-	Buyers      int64                // buyers admitted (fewer than Config.Buyers when Duration ran out)
-	Elapsed     time.Duration
-	Reserves    int64   // successful reserves
-	Throughput  float64 // successful reserves per second
-	ReserveP50  time.Duration
-	ReserveP99  time.Duration
-	Sold        int64 // units claimed per the ledger
-	Paid        int64 // units whose claim the buyer was told succeeded: the customers' truth
-	Stock       int64 // units stocked
-	Oversold    int64 // units paid for beyond stock, or paid for and missing from the ledger
-	Undersold   int64 // units the ledger counts sold that nobody paid for, plus units unsold although every buyer came and demand exceeded stock
-	Leaked      int64 // units held by reservations no longer held, or counted twice
-	SoldOut     int64 // buyers turned away by the ledger
-	Abandoned   int64
-	Retries     int64
-	Refills     int64 // inline refills run by short reserves, whether or not they added units
-	ShortReads  int64
-	FailedCalls int64 // reserves and claims that returned an unexpected error
+	Strategy   reservation.Strategy // the engine's strategy (empty for another Backend)
+	Backend    string               // Backend.Name()
+	Buyers     int64                // buyers admitted (fewer than Config.Buyers when Duration ran out)
+	Elapsed    time.Duration
+	Reserves   int64   // successful reserves
+	Throughput float64 // successful reserves per second of Elapsed, sold-out path included
+	ReserveP50 time.Duration
+	ReserveP99 time.Duration
+	// Reserving is the sale while stock lasted: ReservingElapsed runs from
+	// the start to the end of the last successful reserve, and
+	// ReservingThroughput is Reserves over it. This is the figure to
+	// compare strategies by: it leaves out the sold-out path that follows.
+	ReservingElapsed    time.Duration
+	ReservingThroughput float64
+	// The sold-out path, measured apart: SoldOutAfter is the buyers turned
+	// away whose refusal ended after the last successful reserve,
+	// SoldOutElapsed the time from that reserve to the last refusal, and
+	// SoldOutRate SoldOutAfter over it (refusals per second).
+	// SoldOutP50/P99 are the latencies of the refused reserve call of every
+	// buyer turned away (SoldOut).
+	SoldOutAfter           int64
+	SoldOutElapsed         time.Duration
+	SoldOutRate            float64
+	SoldOutP50, SoldOutP99 time.Duration
+	Sold                   int64 // units claimed per the ledger
+	Paid                   int64 // units whose claim the buyer was told succeeded: the customers' truth
+	Stock                  int64 // units stocked
+	Oversold               int64 // units paid for beyond stock, or paid for and missing from the ledger
+	Undersold              int64 // units the ledger counts sold that nobody paid for, plus units unsold although every buyer came and demand exceeded stock
+	Leaked                 int64 // units held by reservations no longer held, or counted twice
+	SoldOut                int64 // buyers turned away by the ledger
+	Abandoned              int64
+	Retries                int64
+	Refills                int64 // inline refills run by short reserves, whether or not they added units
+	ShortReads             int64
+	FailedCalls            int64 // reserves and claims that returned an unexpected error
 	// KilledClaims is how many claims died (Config.KillClaims) and were
 	// driven again; Restarts how many restarts ran; LostHolds the paid
 	// buyers whose hold the backend no longer knew (lost by a restart).
@@ -320,6 +336,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	defer stop()
 
 	s := &sale{cfg: cfg, b: b, shops: shops, latencies: make([]time.Duration, cfg.Buyers), paid: map[reservation.ItemKey]int64{},
+		reservedAt: make([]time.Duration, cfg.Buyers), refused: make([]time.Duration, cfg.Buyers), refusedAt: make([]time.Duration, cfg.Buyers),
 		phaseOf: make([]int, cfg.Buyers), shopOf: make([]uint64, cfg.Buyers), paidOf: make([]bool, cfg.Buyers), phaseStart: make([]time.Time, len(cfg.Events)+1),
 		phaseCounters: make([]map[string]int64, len(cfg.Events)+1)}
 	var events sync.WaitGroup
@@ -335,6 +352,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		s.phaseOf[b] = phase
 	}
 	start := time.Now()
+	s.start = start
 	s.phaseStart[0] = start
 	s.phaseCounters[0] = counters(b)
 	var deadline time.Time
@@ -482,6 +500,10 @@ type sale struct {
 	abandoned     atomic.Int64
 	failed        atomic.Int64
 	latencies     []time.Duration // by buyer; 0 when the reserve failed
+	start         time.Time       // the sale's start
+	reservedAt    []time.Duration // by buyer: when its successful reserve ended, since start
+	refused       []time.Duration // by buyer: its refused reserve call's latency when turned away sold out; else 0
+	refusedAt     []time.Duration // by buyer: when it was turned away, since start
 	killed        atomic.Int64
 	lostHolds     atomic.Int64
 	restarts      atomic.Int64
@@ -527,8 +549,10 @@ func (s *sale) buy(ctx context.Context, b int) {
 			sleep(ctx, time.Duration(try)*time.Millisecond)
 			res, err = s.b.Reserve(ctx, p)
 		}
+		took := time.Since(start)
 		if err == nil {
-			s.latencies[b] = time.Since(start)
+			s.latencies[b] = took
+			s.reservedAt[b] = time.Since(s.start)
 			s.reserves.Add(1)
 			lines = res.Lines
 			break
@@ -542,6 +566,8 @@ func (s *sale) buy(ctx context.Context, b int) {
 		var waiting bool
 		p.Lines, waiting = s.keepLines(ctx, p)
 		if len(p.Lines) == 0 || attempt >= 20 {
+			s.refused[b] = max(took, 1) // 0 means not refused
+			s.refusedAt[b] = time.Since(s.start)
 			s.soldOut.Add(1)
 			return
 		}
@@ -643,11 +669,24 @@ func (s *sale) report(ctx context.Context, keys []reservation.ItemKey, elapsed t
 		r.Strategy, r.Retries, r.Refills, r.ShortReads = eb.strategy, st.Retries, st.InlineRefills, st.ShortReads
 	}
 	r.Throughput = float64(r.Reserves) / elapsed.Seconds()
-	lat := slices.DeleteFunc(slices.Clone(s.latencies), func(d time.Duration) bool { return d == 0 })
-	slices.Sort(lat)
-	if len(lat) > 0 {
-		r.ReserveP50 = lat[len(lat)/2]
-		r.ReserveP99 = lat[min(len(lat)-1, len(lat)*99/100)]
+	r.ReserveP50, r.ReserveP99 = percentiles(s.latencies)
+	r.SoldOutP50, r.SoldOutP99 = percentiles(s.refused)
+	// The reserving part ends with the last successful reserve; the
+	// sold-out part is the refusals after it.
+	r.ReservingElapsed = slices.Max(append(slices.Clone(s.reservedAt), 0))
+	if r.ReservingElapsed > 0 {
+		r.ReservingThroughput = float64(r.Reserves) / r.ReservingElapsed.Seconds()
+	}
+	var lastRefusal time.Duration
+	for b, d := range s.refused {
+		if d > 0 && s.refusedAt[b] > r.ReservingElapsed {
+			r.SoldOutAfter++
+			lastRefusal = max(lastRefusal, s.refusedAt[b])
+		}
+	}
+	if r.SoldOutAfter > 0 {
+		r.SoldOutElapsed = lastRefusal - r.ReservingElapsed
+		r.SoldOutRate = float64(r.SoldOutAfter) / r.SoldOutElapsed.Seconds()
 	}
 	var ledgerOnly int64 // units the ledger counts sold that nobody paid for
 	for _, k := range keys {
@@ -669,6 +708,16 @@ func (s *sale) report(ctx context.Context, keys []reservation.ItemKey, elapsed t
 		r.Undersold += max(0, r.Stock-r.Paid-ledgerOnly)
 	}
 	return r, nil
+}
+
+// percentiles returns the p50 and p99 of the non-zero durations of ds.
+func percentiles(ds []time.Duration) (p50, p99 time.Duration) {
+	lat := slices.DeleteFunc(slices.Clone(ds), func(d time.Duration) bool { return d == 0 })
+	slices.Sort(lat)
+	if len(lat) == 0 {
+		return 0, 0
+	}
+	return lat[len(lat)/2], lat[min(len(lat)-1, len(lat)*99/100)]
 }
 
 // auditTag is the conntag tag of the harness's own reads, so that they are

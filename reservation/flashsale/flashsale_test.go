@@ -1,6 +1,8 @@
 package flashsale
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -137,5 +139,64 @@ func TestAuditIsOneSnapshot(t *testing.T) {
 	wg.Wait()
 	if len(bad) > 0 {
 		t.Errorf("%d of 300 audits did not balance, first %+v", len(bad), bad[0])
+	}
+}
+
+// slowRefusals is the engine whose refusals take at least delay: a sold-out
+// path made slow on purpose, to see that the reserving figures leave it out.
+type slowRefusals struct {
+	Backend
+	delay time.Duration
+}
+
+func (b slowRefusals) Reserve(ctx context.Context, p reservation.ReserveParams) (*reservation.Reservation, error) {
+	res, err := b.Backend.Reserve(ctx, p)
+	if errors.Is(err, reservation.ErrInsufficientStock) {
+		sleep(ctx, b.delay)
+	}
+	return res, err
+}
+
+// TestReservingApartFromSoldOut: more buyers than stock, and a sold-out
+// path slowed to delay per refusal. The reserving figures end with the last
+// successful reserve; the refusals after it are reported apart, with the
+// latency of the refused calls.
+func TestReservingApartFromSoldOut(t *testing.T) {
+	db := testenv.NewDatabase(t).Open(t)
+	e, err := reservation.New(db, reservation.Config{ExpiryInterval: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Migrate(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	const delay, concurrency, stock, buyers = 40 * time.Millisecond, 4, 16, 48
+	r, err := Run(t.Context(), Config{DB: db, Backend: slowRefusals{EngineBackend(e, db), delay},
+		Buyers: buyers, Concurrency: concurrency, Stock: stock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%+v", r)
+	if r.Reserves != stock || r.SoldOut != buyers-stock || r.Oversold != 0 || r.Leaked != 0 {
+		t.Fatalf("want %d reserves and %d turned away: %+v", stock, buyers-stock, r)
+	}
+	// A refusal can overlap the last reserve only while that reserve holds
+	// the last unit: at most one per other buyer at once.
+	if r.SoldOutAfter < r.SoldOut-(concurrency-1) || r.SoldOutAfter > r.SoldOut {
+		t.Errorf("%d of %d refusals after the last reserve, want at least %d", r.SoldOutAfter, r.SoldOut, r.SoldOut-(concurrency-1))
+	}
+	// Each refusal takes at least delay, and at most concurrency run at once.
+	if minSoldOut := time.Duration(r.SoldOutAfter/concurrency-1) * delay; r.SoldOutElapsed < minSoldOut {
+		t.Errorf("sold-out path %v, want at least %v", r.SoldOutElapsed, minSoldOut)
+	}
+	if r.SoldOutP50 < delay || r.SoldOutP99 < r.SoldOutP50 || r.SoldOutRate <= 0 {
+		t.Errorf("refusal latency p50 %v p99 %v, rate %.1f/s: want p50 at least %v", r.SoldOutP50, r.SoldOutP99, r.SoldOutRate, delay)
+	}
+	if r.ReservingElapsed <= 0 || r.ReservingElapsed+r.SoldOutElapsed > r.Elapsed {
+		t.Errorf("reserving %v + sold out %v, more than the sale's %v", r.ReservingElapsed, r.SoldOutElapsed, r.Elapsed)
+	}
+	if want := float64(r.Reserves) / r.ReservingElapsed.Seconds(); r.ReservingThroughput != want || r.ReservingThroughput <= r.Throughput {
+		t.Errorf("reserving throughput %.1f/s, want %.1f/s (reserves over the reserving part), above the whole sale's %.1f/s",
+			r.ReservingThroughput, want, r.Throughput)
 	}
 }

@@ -46,6 +46,7 @@ type flashsaleCmd struct {
 	items        int
 	locations    int
 	stock        int64
+	stockSet     bool // --stock given: --compare keeps it
 	cartSize     int
 	poolSize     int
 	paymentDelay time.Duration
@@ -99,6 +100,14 @@ prints per phase the throughput and the mismatches, then the books of every
 reservation's source of truth. With --metrics-listen the kill switch is also at
 /killswitch (holdtime killswitch).
 
+--compare runs the engine (skip_locked) and the baselines (for_update, counter) with
+the same knobs and compares their reserving: reserves per second from the start to the
+last successful reserve, while stock lasts. Without --stock it stocks 9/10 of --buyers
+(spread over the items and locations), so most buyers reserve and the rest measure the
+sold-out path, which a second table reports apart: refusals after the last unit, per
+second, and the latency of the refused reserve calls (the engine tries an inline refill
+under the ledger lock before refusing).
+
 A Redis is started for the sale (redis-server from PATH) unless --redis names one.
 
 It starts a throwaway MySQL-compatible server unless --dsn names a database, in
@@ -111,6 +120,7 @@ which it creates the engine's tables (inventory_*) and sells in a shop of its ow
 		Args: noArgs("give the database with --dsn 'user:pass@tcp(host:3306)/dbname' (quoted: its parentheses are special to the shell)"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			f.out, f.errOut = cmd.OutOrStdout(), cmd.ErrOrStderr()
+			f.stockSet = cmd.Flags().Changed("stock")
 			if f.migrate && !cmd.Flags().Changed("redis-persistence") {
 				// A migration's Redis keeps its writes: a crash that
 				// loses them is lesson 2, not the migration's subject.
@@ -128,7 +138,7 @@ which it creates the engine's tables (inventory_*) and sells in a shop of its ow
 	fl.IntVar(&f.concurrency, "concurrency", 16, "buyers checking out at once")
 	fl.IntVar(&f.items, "items", 1, "distinct items on sale")
 	fl.IntVar(&f.locations, "locations", 1, "location groups per item, tried in order")
-	fl.Int64Var(&f.stock, "stock", 100, "units per item and location")
+	fl.Int64Var(&f.stock, "stock", 100, "units per item and location (--compare without --stock: 9/10 of --buyers over the items and locations)")
 	fl.IntVar(&f.cartSize, "cart-size", 1, "at most this many lines per cart, each one unit of a distinct item")
 	fl.IntVar(&f.poolSize, "pool-size", 0, "pooled units per item and location (0: the engine's default, 1000)")
 	fl.DurationVar(&f.paymentDelay, "payment-delay", 0, "time between reserve and claim")
@@ -235,6 +245,12 @@ func (f *flashsaleCmd) config() (flashsale.Config, []reservation.Strategy, error
 		}
 	}
 	if f.compare {
+		if !f.stockSet {
+			// Compare reserving, not the sold-out path: most buyers find
+			// stock, the last tenth are turned away (reported apart).
+			f.stock = max(1, int64(f.buyers)*9/10/int64(f.items*f.locations))
+			cfg.Stock = f.stock
+		}
 		return cfg, flashsaleStrategies, nil
 	}
 	s := reservation.Strategy(f.strategy)
@@ -403,6 +419,11 @@ func writeFlashsaleReport(w io.Writer, r flashsale.Report) error {
 	}
 	fmt.Fprintf(tw, "throughput\t%.1f reserves/s (%d reserves in %v)\n", r.Throughput, r.Reserves, r.Elapsed.Round(time.Millisecond))
 	fmt.Fprintf(tw, "reserve latency\tp50 %v, p99 %v\n", r.ReserveP50.Round(time.Microsecond), r.ReserveP99.Round(time.Microsecond))
+	fmt.Fprintf(tw, "reserving\t%.1f reserves/s until the last successful reserve (%v)\n", r.ReservingThroughput, r.ReservingElapsed.Round(time.Millisecond))
+	if r.SoldOut > 0 {
+		fmt.Fprintf(tw, "sold-out path\t%s; refused reserve call p50 %v, p99 %v\n", soldOutRate(r),
+			r.SoldOutP50.Round(time.Microsecond), r.SoldOutP99.Round(time.Microsecond))
+	}
 	fmt.Fprintf(tw, "sold\t%d of %d units\n", r.Sold, r.Stock)
 	fmt.Fprintf(tw, "oversold\t%d\n", r.Oversold)
 	fmt.Fprintf(tw, "undersold\t%d\n", r.Undersold)
@@ -429,51 +450,86 @@ func writeFlashsaleReport(w io.Writer, r flashsale.Report) error {
 }
 
 func writeFlashsaleComparison(w io.Writer, reports []flashsale.Report) error {
-	var base float64 // the counter's throughput
+	base := map[reservation.Strategy]float64{} // the baselines' reserving throughput
 	for _, r := range reports {
-		if r.Strategy == reservation.StrategyCounter {
-			base = r.Throughput
-		}
+		base[r.Strategy] = r.ReservingThroughput
 	}
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "strategy\treserves/s\tvs counter\tp50\tp99\tsold\toversold\tundersold\tleaked\tretries\trefills\t")
-	for _, r := range reports {
-		ratio := "-"
-		if base > 0 {
-			ratio = fmt.Sprintf("%.2fx", r.Throughput/base)
+	ratio := func(r flashsale.Report, s reservation.Strategy) string {
+		if base[s] <= 0 {
+			return "-"
 		}
-		fmt.Fprintf(tw, "%s\t%.1f\t%s\t%v\t%v\t%d\t%d\t%d\t%d\t%d\t%d\t\n", r.Strategy, r.Throughput, ratio,
+		return fmt.Sprintf("%.2fx", r.ReservingThroughput/base[s])
+	}
+	fmt.Fprintln(w, "reserving, while stock lasts (from the start to the last successful reserve):")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "strategy\treserves/s\tvs counter\tvs for_update\tp50\tp99\tsold\toversold\tundersold\tleaked\tretries\trefills\t")
+	for _, r := range reports {
+		fmt.Fprintf(tw, "%s\t%.1f\t%s\t%s\t%v\t%v\t%d\t%d\t%d\t%d\t%d\t%d\t\n", r.Strategy, r.ReservingThroughput,
+			ratio(r, reservation.StrategyCounter), ratio(r, reservation.StrategyForUpdate),
 			r.ReserveP50.Round(time.Microsecond), r.ReserveP99.Round(time.Microsecond),
 			r.Sold, r.Oversold, r.Undersold, r.Leaked, r.Retries, r.Refills)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(w, "\nsold-out path, not in the comparison above (buyers refused once stock ran out):")
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "strategy\trefused\tafter the last unit\trefusals/s\trefusal p50\trefusal p99\t")
+	for _, r := range reports {
+		rate := "-"
+		if r.SoldOutAfter > 0 {
+			rate = fmt.Sprintf("%.1f", r.SoldOutRate)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%v\t%v\t\n", r.Strategy, r.SoldOut, r.SoldOutAfter, rate,
+			r.SoldOutP50.Round(time.Microsecond), r.SoldOutP99.Round(time.Microsecond))
 	}
 	return tw.Flush()
 }
 
+// soldOutRate describes the refusals after the last successful reserve.
+func soldOutRate(r flashsale.Report) string {
+	s := fmt.Sprintf("%d turned away", r.SoldOut)
+	if r.SoldOutAfter > 0 {
+		s += fmt.Sprintf(", %d after the last unit in %v (%.1f refusals/s)", r.SoldOutAfter,
+			r.SoldOutElapsed.Round(time.Millisecond), r.SoldOutRate)
+	}
+	return s
+}
+
 // flashsaleRun is one run in --json output; durations in seconds.
 type flashsaleRun struct {
-	Strategy          string  `json:"strategy"`
-	Buyers            int64   `json:"buyers"`
-	ElapsedSeconds    float64 `json:"elapsed_seconds"`
-	Reserves          int64   `json:"reserves"`
-	Throughput        float64 `json:"throughput_per_second"`
-	ReserveP50Seconds float64 `json:"reserve_p50_seconds"`
-	ReserveP99Seconds float64 `json:"reserve_p99_seconds"`
-	Stock             int64   `json:"stock"`
-	Sold              int64   `json:"sold"`
-	Oversold          int64   `json:"oversold"`
-	Undersold         int64   `json:"undersold"`
-	Leaked            int64   `json:"leaked"`
-	SoldOut           int64   `json:"sold_out"`
-	Abandoned         int64   `json:"abandoned"`
-	Retries           int64   `json:"retries"`
-	Refills           int64   `json:"refills"`
-	ShortReads        int64   `json:"short_reads"`
-	FailedCalls       int64   `json:"failed_calls"`
-	Backend           string  `json:"backend"`
-	Paid              int64   `json:"paid"`
-	KilledClaims      int64   `json:"killed_claims"`
-	Restarts          int64   `json:"restarts"`
-	LostHolds         int64   `json:"lost_holds"`
+	Strategy       string  `json:"strategy"`
+	Buyers         int64   `json:"buyers"`
+	ElapsedSeconds float64 `json:"elapsed_seconds"`
+	Reserves       int64   `json:"reserves"`
+	Throughput     float64 `json:"throughput_per_second"`
+	// Reserving: from the start to the last successful reserve.
+	ReservingElapsedSeconds float64 `json:"reserving_elapsed_seconds"`
+	ReservingThroughput     float64 `json:"reserving_throughput_per_second"`
+	// The sold-out path: refusals after the last successful reserve.
+	SoldOutAfter          int64   `json:"sold_out_after_last_unit"`
+	SoldOutElapsedSeconds float64 `json:"sold_out_elapsed_seconds"`
+	SoldOutRate           float64 `json:"sold_out_refusals_per_second"`
+	SoldOutP50Seconds     float64 `json:"sold_out_p50_seconds"`
+	SoldOutP99Seconds     float64 `json:"sold_out_p99_seconds"`
+	ReserveP50Seconds     float64 `json:"reserve_p50_seconds"`
+	ReserveP99Seconds     float64 `json:"reserve_p99_seconds"`
+	Stock                 int64   `json:"stock"`
+	Sold                  int64   `json:"sold"`
+	Oversold              int64   `json:"oversold"`
+	Undersold             int64   `json:"undersold"`
+	Leaked                int64   `json:"leaked"`
+	SoldOut               int64   `json:"sold_out"`
+	Abandoned             int64   `json:"abandoned"`
+	Retries               int64   `json:"retries"`
+	Refills               int64   `json:"refills"`
+	ShortReads            int64   `json:"short_reads"`
+	FailedCalls           int64   `json:"failed_calls"`
+	Backend               string  `json:"backend"`
+	Paid                  int64   `json:"paid"`
+	KilledClaims          int64   `json:"killed_claims"`
+	Restarts              int64   `json:"restarts"`
+	LostHolds             int64   `json:"lost_holds"`
 }
 
 func writeFlashsaleJSON(w io.Writer, where string, reports []flashsale.Report) error {
@@ -488,7 +544,10 @@ func writeFlashsaleJSON(w io.Writer, where string, reports []flashsale.Report) e
 			Sold: r.Sold, Oversold: r.Oversold, Undersold: r.Undersold, Leaked: r.Leaked, SoldOut: r.SoldOut,
 			Abandoned: r.Abandoned, Retries: r.Retries, Refills: r.Refills, ShortReads: r.ShortReads,
 			FailedCalls: r.FailedCalls, Backend: r.Backend, Paid: r.Paid, KilledClaims: r.KilledClaims,
-			Restarts: r.Restarts, LostHolds: r.LostHolds})
+			Restarts: r.Restarts, LostHolds: r.LostHolds, ReservingElapsedSeconds: r.ReservingElapsed.Seconds(),
+			ReservingThroughput: r.ReservingThroughput, SoldOutAfter: r.SoldOutAfter,
+			SoldOutElapsedSeconds: r.SoldOutElapsed.Seconds(), SoldOutRate: r.SoldOutRate,
+			SoldOutP50Seconds: r.SoldOutP50.Seconds(), SoldOutP99Seconds: r.SoldOutP99.Seconds()})
 	}
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")

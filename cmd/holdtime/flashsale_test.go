@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"regexp"
@@ -11,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/holdtime/holdtime/reservation"
+	"github.com/holdtime/holdtime/reservation/flashsale"
 	"github.com/holdtime/holdtime/testenv"
 )
 
@@ -82,6 +85,79 @@ func TestFlashsaleCompareJSON(t *testing.T) {
 	}
 	if strings.Contains(doc.Server, "@tcp") && !strings.HasSuffix(doc.Server, "/"+d.Name) {
 		t.Errorf("server = %q, want the database named", doc.Server)
+	}
+}
+
+// TestFlashsaleCompareDefaults: --compare without --stock stocks 9/10 of
+// the buyers, so the compared figure is reserving with stock available, and
+// the buyers turned away are reported apart (the sold-out path).
+func TestFlashsaleCompareDefaults(t *testing.T) {
+	target := flashsaleTarget(t)
+	d, err := target.CreateDatabase(t.Context(), "flashsale_cmp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Drop(context.Background()) })
+	code, out, errOut := runCLI(t, "flashsale", "--dsn", d.DSN(), "--compare", "--json", "--buyers", "60", "--concurrency", "4")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var doc struct {
+		Runs []struct {
+			Strategy            string  `json:"strategy"`
+			Stock               int64   `json:"stock"`
+			Sold                int64   `json:"sold"`
+			Reserves            int64   `json:"reserves"`
+			SoldOut             int64   `json:"sold_out"`
+			Elapsed             float64 `json:"elapsed_seconds"`
+			ReservingElapsed    float64 `json:"reserving_elapsed_seconds"`
+			ReservingThroughput float64 `json:"reserving_throughput_per_second"`
+			SoldOutAfter        int64   `json:"sold_out_after_last_unit"`
+			SoldOutElapsed      float64 `json:"sold_out_elapsed_seconds"`
+			SoldOutP50          float64 `json:"sold_out_p50_seconds"`
+		} `json:"runs"`
+	}
+	if err := json.Unmarshal([]byte(out), &doc); err != nil {
+		t.Fatalf("--json output is not JSON: %v\n%s", err, out)
+	}
+	if len(doc.Runs) != 3 {
+		t.Fatalf("--compare ran %d strategies, want 3: %s", len(doc.Runs), out)
+	}
+	for _, r := range doc.Runs {
+		if r.Stock != 54 || r.Sold != 54 || r.Reserves != 54 || r.SoldOut != 6 {
+			t.Errorf("%s: stock %d, sold %d, reserves %d, turned away %d; want 54 of 60 buyers served, 6 turned away",
+				r.Strategy, r.Stock, r.Sold, r.Reserves, r.SoldOut)
+		}
+		if r.ReservingElapsed <= 0 || r.ReservingElapsed+r.SoldOutElapsed > r.Elapsed || r.SoldOutAfter > r.SoldOut || r.SoldOutP50 <= 0 {
+			t.Errorf("%s: reserving %.4fs, sold out %.4fs (%d after the last unit, p50 %.4fs) in a sale of %.4fs",
+				r.Strategy, r.ReservingElapsed, r.SoldOutElapsed, r.SoldOutAfter, r.SoldOutP50, r.Elapsed)
+		}
+		if want := float64(r.Reserves) / r.ReservingElapsed; math.Abs(r.ReservingThroughput-want) > want*1e-6 {
+			t.Errorf("%s: reserving throughput %.1f/s, want reserves over the reserving part, %.1f/s", r.Strategy, r.ReservingThroughput, want)
+		}
+	}
+}
+
+// TestFlashsaleComparisonTable: the compared figure is reserving while stock
+// lasts, not the whole sale's; the sold-out path is a table of its own.
+func TestFlashsaleComparisonTable(t *testing.T) {
+	rep := func(s reservation.Strategy, whole, reserving float64) flashsale.Report {
+		return flashsale.Report{Strategy: s, Throughput: whole, ReservingThroughput: reserving, SoldOut: 10, SoldOutAfter: 9,
+			SoldOutRate: whole * 3, SoldOutP50: 2 * time.Millisecond, SoldOutP99: 5 * time.Millisecond}
+	}
+	var b strings.Builder
+	err := writeFlashsaleComparison(&b, []flashsale.Report{rep(reservation.StrategySkipLocked, 100, 500),
+		rep(reservation.StrategyForUpdate, 90, 250), rep(reservation.StrategyCounter, 80, 100)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, want := range []string{`reserving, while stock lasts`, `skip_locked +500\.0 +5\.00x +2\.00x `,
+		`counter +100\.0 +1\.00x +0\.40x `, `sold-out path, not in the comparison`,
+		`refused +after the last unit +refusals/s`, `skip_locked +10 +9 +300\.0 +2ms +5ms`} {
+		if !regexp.MustCompile(want).MatchString(out) {
+			t.Errorf("comparison lacks %q:\n%s", want, out)
+		}
 	}
 }
 

@@ -472,6 +472,7 @@ func writeFlashsaleComparison(w io.Writer, reports []flashsale.Report) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	fmt.Fprintln(w, "(sold ... refills count the whole sale, the sold-out path included)")
 	fmt.Fprintln(w, "\nsold-out path, not in the comparison above (buyers refused once stock ran out):")
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "strategy\trefused\tafter the last unit\trefusals/s\trefusal p50\trefusal p99\t")

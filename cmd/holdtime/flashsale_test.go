@@ -153,7 +153,7 @@ func TestFlashsaleComparisonTable(t *testing.T) {
 	}
 	out := b.String()
 	for _, want := range []string{`reserving, while stock lasts`, `skip_locked +500\.0 +5\.00x +2\.00x `,
-		`counter +100\.0 +1\.00x +0\.40x `, `sold-out path, not in the comparison`,
+		`counter +100\.0 +1\.00x +0\.40x `, `\(sold \.\.\. refills count the whole sale`, `sold-out path, not in the comparison`,
 		`refused +after the last unit +refusals/s`, `skip_locked +10 +9 +300\.0 +2ms +5ms`} {
 		if !regexp.MustCompile(want).MatchString(out) {
 			t.Errorf("comparison lacks %q:\n%s", want, out)

@@ -27,6 +27,7 @@ import (
 // client measured for that layer; no figure is counted twice in the API or
 // in /metrics. Through ProxySQL the proxy layer is checked too.
 func TestLayersEndToEnd(t *testing.T) {
+	skipTimingUnderRace(t)
 	t.Run("direct", func(t *testing.T) { layersEndToEnd(t, false) })
 	t.Run("proxysql", func(t *testing.T) {
 		testenv.RequireProxySQL(t)

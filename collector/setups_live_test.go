@@ -40,6 +40,7 @@ var setupTags = []string{"hog", "short_autocommit", "batch_tx", "uvar_pin", "pre
 // the workload's. Three rounds, because the carried-tag error this guards
 // against was intermittent.
 func TestLiveProxySQLSetups(t *testing.T) {
+	skipTimingUnderRace(t)
 	testenv.RequireProxySQL(t)
 	d := testenv.NewDatabase(t)
 	ctx := context.Background()

@@ -104,7 +104,7 @@ func lessonRuns(ctx context.Context, target *testenv.Target) ([]lessonRun, error
 			cfg.DB = db
 			if spec.crash {
 				cfg.Restarts = 1
-				cfg.Restart = func(ctx context.Context) error { return killSaleConnections(ctx, admin, database.Name) }
+				cfg.Restart = func(ctx context.Context) error { return flashsale.KillConnections(ctx, admin, database.Name) }
 			}
 		}
 		r, err := flashsale.Run(ctx, cfg)

@@ -607,7 +607,7 @@ func (f *flashsaleCmd) setupBackend(ctx context.Context, cfg *flashsale.Config, 
 		if err != nil {
 			return nil, nil, err
 		}
-		cfg.Restart = func(ctx context.Context) error { return killSaleConnections(ctx, admin, mc.DBName) }
+		cfg.Restart = func(ctx context.Context) error { return flashsale.KillConnections(ctx, admin, mc.DBName) }
 		return func() { admin.Close() }, nil, nil
 	}
 	if cfg.DB == nil {
@@ -703,29 +703,6 @@ func migrationPlan(r *migration.Router) []flashsale.Event {
 		{At: 0.8, Name: "kill switch on", Do: kill(true)},
 		{At: 0.9, Name: "kill switch off", Do: kill(false)},
 	}
-}
-
-// killSaleConnections KILLs every connection to database name but its own:
-// the engine's "restart".
-func killSaleConnections(ctx context.Context, admin *sql.DB, name string) error {
-	rows, err := admin.QueryContext(ctx, `SELECT ID FROM information_schema.PROCESSLIST WHERE DB = ? AND ID <> CONNECTION_ID()`, name)
-	if err != nil {
-		return err
-	}
-	var ids []int64
-	for rows.Next() {
-		var id int64
-		if err := rows.Scan(&id); err != nil {
-			rows.Close()
-			return err
-		}
-		ids = append(ids, id)
-	}
-	rows.Close()
-	for _, id := range ids {
-		admin.ExecContext(ctx, fmt.Sprintf("KILL %d", id)) // one that ended meanwhile is fine
-	}
-	return rows.Err()
 }
 
 func writeFlashsalePhases(w io.Writer, phases []flashsale.Phase) error {

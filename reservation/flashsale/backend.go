@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"sync/atomic"
 	"time"
@@ -159,4 +160,32 @@ func (b *RedisBackend) Audit(ctx context.Context, k reservation.ItemKey) (Books,
 	bk, err := b.Books(ctx, k)
 	return Books{OnHand: bk.OnHand, Claimed: bk.Claimed, Pooled: bk.Available, Held: bk.Held, OrphanHeld: bk.Held,
 		separate: true}, err
+}
+
+// KillConnections KILLs every connection to database name but the caller's:
+// the engine's "restart" fault (its process dies, MySQL drops its
+// sessions mid-transaction). admin needs the privilege to KILL them.
+func KillConnections(ctx context.Context, admin *sql.DB, name string) error {
+	rows, err := admin.QueryContext(ctx, `SELECT ID FROM information_schema.PROCESSLIST WHERE DB = ? AND ID <> CONNECTION_ID()`, name)
+	if err != nil {
+		return err
+	}
+	var ids []int64
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			rows.Close()
+			return err
+		}
+		ids = append(ids, id)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	for _, id := range ids {
+		// KILL takes no placeholder; id is an integer the server gave.
+		admin.ExecContext(ctx, fmt.Sprintf("KILL %d", id)) // one that ended meanwhile is fine
+	}
+	return nil
 }

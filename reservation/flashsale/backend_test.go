@@ -2,8 +2,6 @@ package flashsale
 
 import (
 	"context"
-	"database/sql"
-	"fmt"
 	"testing"
 	"time"
 
@@ -113,7 +111,7 @@ func TestEngineUnderFaults(t *testing.T) {
 	admin := d.Target.Admin()
 	cfg := faultSale()
 	cfg.MySQL, cfg.KillClaims, cfg.Restarts = d.Config(), 0.5, 2
-	cfg.Restart = func(ctx context.Context) error { return killConnections(ctx, admin, d.Name) }
+	cfg.Restart = func(ctx context.Context) error { return KillConnections(ctx, admin, d.Name) }
 	r, err := Run(t.Context(), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -125,26 +123,4 @@ func TestEngineUnderFaults(t *testing.T) {
 	if r.Oversold != 0 || r.Undersold != 0 || r.Leaked != 0 || r.Paid != r.Stock || r.Sold != r.Paid {
 		t.Fatalf("the engine's books do not balance under faults: %+v", r)
 	}
-}
-
-// killConnections KILLs every connection to database name but the caller's.
-func killConnections(ctx context.Context, admin *sql.DB, name string) error {
-	rows, err := admin.QueryContext(ctx, `SELECT ID FROM information_schema.PROCESSLIST WHERE DB = ? AND ID <> CONNECTION_ID()`, name)
-	if err != nil {
-		return err
-	}
-	var ids []int64
-	for rows.Next() {
-		var id int64
-		if err := rows.Scan(&id); err != nil {
-			rows.Close()
-			return err
-		}
-		ids = append(ids, id)
-	}
-	rows.Close()
-	for _, id := range ids {
-		admin.ExecContext(ctx, fmt.Sprintf("KILL %d", id)) // gone already is fine
-	}
-	return rows.Err()
 }

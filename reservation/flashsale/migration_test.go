@@ -85,7 +85,7 @@ func TestMigrationDuringSale(t *testing.T) {
 			return err
 		}
 	}
-	killMySQL := fault(func(ctx context.Context) error { return killConnections(ctx, d.Target.Admin(), d.Name) })
+	killMySQL := fault(func(ctx context.Context) error { return KillConnections(ctx, d.Target.Admin(), d.Name) })
 	var outcomes []outcome
 	cfg := Config{Backend: b, ShopIDs: shops, Buyers: 1500, Concurrency: 16, Items: 2, Stock: 2000,
 		PaymentDelay: time.Millisecond, AbandonRate: 0.1, AbandonTTL: 20 * time.Millisecond, KillClaims: 0.05,

@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+
+	"github.com/holdtime/holdtime/internal/doctor"
 )
 
 const proxysqlDirPrefix = "holdtime-proxysql-"
@@ -113,10 +115,8 @@ mysql_variables=
 	server_version="8.0.11"
 	monitor_enabled=false
 	poll_timeout=2000
-	query_digests=true
-	query_digests_keep_comment={{.KeepComment}}
-	show_processlist_extended=2
-	eventslog_filename="{{.EventsLog}}"
+{{range .SetupVariables}}	{{index . 0}}={{index . 1}}
+{{end}}	eventslog_filename="{{.EventsLog}}"
 	eventslog_format=2
 	eventslog_default_log=1
 }
@@ -215,8 +215,8 @@ func StartProxySQL(ctx context.Context, opts ProxySQLOptions) (_ *ProxySQL, err 
 		"Dir": dir, "AdminUser": p.AdminUser, "AdminPass": p.AdminPass, "AdminAddr": p.AdminAddr,
 		"StatsUser": p.StatsUser, "StatsPass": p.StatsPass,
 		"AppAddr": p.AppAddr, "Threads": cmp.Or(opts.Threads, 2), "EventsLog": p.EventsLog,
-		"KeepComment": !opts.DigestsDropComments,
-		"BackendHost": host, "BackendPort": port, "AppUser": p.AppUser, "AppPass": p.AppPass, "Schema": opts.Schema,
+		"SetupVariables": setupVariables(opts),
+		"BackendHost":    host, "BackendPort": port, "AppUser": p.AppUser, "AppPass": p.AppPass, "Schema": opts.Schema,
 	})
 	if cerr := f.Close(); err == nil {
 		err = cerr
@@ -320,4 +320,17 @@ func tail(b []byte, n int) string {
 		b = b[len(b)-n:]
 	}
 	return strings.TrimSpace(string(b))
+}
+
+// setupVariables are the mysql_variables of holdtime's setup list
+// (doctor.ProxySQLVariables), exactly as users are told to set them, with
+// keep_comment turned off for DigestsDropComments.
+func setupVariables(opts ProxySQLOptions) [][2]string {
+	vars := doctor.ProxySQLVariables()
+	for i, v := range vars {
+		if v[0] == "query_digests_keep_comment" && opts.DigestsDropComments {
+			vars[i][1] = "false"
+		}
+	}
+	return vars
 }

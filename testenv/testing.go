@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+
+	"github.com/holdtime/holdtime/internal/doctor"
 )
 
 // DSNEnv names the variable that points the suite at an existing server.
@@ -257,4 +259,30 @@ func randomHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
+}
+
+// CreateMonitor creates an account with exactly the privileges the README
+// gives the collector's MySQL account (doctor.MonitorGrants: PROCESS and
+// SELECT on performance_schema) and returns a config for it, with no
+// database. Tests that read the server as the collector does use it, so a
+// privilege the setup does not list fails them. Each call makes a new
+// account, named from hint and a random suffix.
+func (t *Target) CreateMonitor(ctx context.Context, hint string) (*mysql.Config, error) {
+	user := unsafeName.ReplaceAllString(strings.ToLower(hint), "_")
+	if len(user) > 20 {
+		user = user[:20]
+	}
+	user = "mon_" + strings.Trim(user, "_") + "_" + randomHex(3)
+	pass := randomHex(8)
+	host := "%"
+	stmts := append([]string{fmt.Sprintf("CREATE USER '%s'@'%s' IDENTIFIED BY '%s'", user, host, pass)},
+		doctor.MonitorGrants(user, host)...)
+	for _, q := range stmts {
+		if _, err := t.admin.ExecContext(ctx, q); err != nil {
+			return nil, fmt.Errorf("testenv: create the monitor account on %s: %w", t.Redacted(), err)
+		}
+	}
+	cfg := t.base.Clone()
+	cfg.User, cfg.Passwd, cfg.DBName = user, pass, ""
+	return cfg, nil
 }

@@ -103,6 +103,7 @@ the app, ProxySQL and the MySQL server, or offline from ProxySQL's events log.`,
 		newKillswitchCmd(),
 		newTestenvCmd(),
 		newProbeCmd(),
+		newDoctorCmd(),
 	} {
 		root.AddCommand(c)
 	}

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"path/filepath"
 
+	"github.com/go-sql-driver/mysql"
 	"github.com/spf13/cobra"
 
 	"github.com/holdtime/holdtime/testenv"
@@ -60,8 +62,10 @@ func (u *testenvUpCmd) run(ctx context.Context) error {
 		return fmt.Errorf("start a throwaway server: %w", err)
 	}
 	defer target.Close()
+	var mysqlDSN, adminDSN, eventsLog string
 	if s := target.Server(); s != nil {
-		fmt.Fprintf(u.out, "mysql:          %s   # %s %s, socket %s\n", s.DSN(""), target.Flavor, target.Version, s.Socket)
+		mysqlDSN = s.DSN("")
+		fmt.Fprintf(u.out, "mysql:          %s   # %s %s, socket %s\n", mysqlDSN, target.Flavor, target.Version, s.Socket)
 	} else {
 		// Not ours: never print the credentials of a server we did not start.
 		fmt.Fprintf(u.out, "mysql:          %s (from %s)   # %s %s\n", target.Redacted(), testenv.DSNEnv, target.Flavor, target.Version)
@@ -81,12 +85,47 @@ func (u *testenvUpCmd) run(ctx context.Context) error {
 			return fmt.Errorf("start ProxySQL (or use --proxysql=false): %w", err)
 		}
 		defer p.Close()
+		adminDSN, eventsLog = p.AdminDSN(), p.EventsLog
 		fmt.Fprintf(u.out, "proxysql app:   %s\n", p.AppDSN())
-		fmt.Fprintf(u.out, "proxysql admin: %s\n", p.AdminDSN())
-		fmt.Fprintf(u.out, "events log:     %s.*\n", p.EventsLog)
+		fmt.Fprintf(u.out, "proxysql admin: %s\n", adminDSN)
+		// The prefix, as collect takes it: ProxySQL writes PREFIX.00000001, ...
+		fmt.Fprintf(u.out, "events log:     %s   # ProxySQL writes %s.00000001, ...\n", eventsLog, filepath.Base(eventsLog))
+	}
+	if mysqlDSN != "" {
+		if _, err := target.Admin().ExecContext(ctx, "CREATE DATABASE IF NOT EXISTS "+testenvShopDB); err != nil {
+			return fmt.Errorf("create the database flashsale sells in: %w", err)
+		}
+		printPasteLines(u.out, mysqlDSN, adminDSN, eventsLog)
 	}
 	fmt.Fprintln(u.out, "ready: press Ctrl-C to stop and remove everything")
 	<-ctx.Done()
 	fmt.Fprintln(u.out, "stopping")
 	return nil
+}
+
+// testenvShopDB is the database `testenv up` creates for the flashsale line.
+const testenvShopDB = "shop"
+
+// printPasteLines prints commands that work as pasted into another terminal
+// (a test runs each): the DSNs single-quoted for the shell, targets named.
+func printPasteLines(w io.Writer, mysqlDSN, adminDSN, eventsLog string) {
+	cfg, err := mysql.ParseDSN(mysqlDSN)
+	if err != nil {
+		return
+	}
+	cfg.DBName = testenvShopDB
+	shopDSN := cfg.FormatDSN()
+	targets := "--mysql db1='" + mysqlDSN + "'"
+	if adminDSN != "" {
+		targets = "--proxysql px1='" + adminDSN + "' " + targets
+	}
+	fmt.Fprintln(w, "paste into another terminal:")
+	fmt.Fprintf(w, "  holdtime top %s\n", targets)
+	collect := targets
+	if eventsLog != "" {
+		collect = "--proxysql px1='" + adminDSN + "' --proxysql-events-log px1=" + eventsLog + " --mysql db1='" + mysqlDSN + "'"
+	}
+	fmt.Fprintf(w, "  holdtime collect %s\n", collect)
+	fmt.Fprintf(w, "  holdtime doctor %s\n", targets)
+	fmt.Fprintf(w, "  holdtime flashsale --dsn '%s'\n", shopDSN)
 }

@@ -10,10 +10,15 @@ import (
 	"go.opentelemetry.io/otel/trace"
 )
 
-// conn wraps a driver.Conn. It implements every optional interface
-// database/sql looks for, delegating when the inner connection has it and
-// answering as database/sql would without it (driver.ErrSkip, or nothing to
-// do) when it does not.
+// conn is conntag's connection. database/sql never sees a *conn itself but
+// one of the combinations made by wrapConn (conn_caps.go): a struct that
+// embeds *conn and one method carrier per optional interface the driver's
+// connection implements, so that conntag's connection implements exactly
+// the interfaces the driver's does, for database/sql and for code that gets
+// it through (*sql.Conn).Raw. Two are always there: driver.SessionResetter
+// and driver.Validator are how conntag sees a connection borrowed and given
+// back; without them in the driver they answer as database/sql assumes when
+// a driver lacks them (nothing to reset; the connection is valid).
 type conn struct {
 	inner driver.Conn
 	in    *instr
@@ -32,17 +37,13 @@ type conn struct {
 	profSkip    int64        // WithHoldProfile: borrows before the next sample
 	profDrawn   bool         // profSkip has been drawn
 
-	// skipArgs remembers that the inner driver answered ErrSkip to an
-	// Exec/Query with arguments (go-sql-driver/mysql does unless
-	// interpolateParams=true), so the next one skips straight to the
-	// prepared-statement path without building the tagged text twice.
-	skipArgs atomic.Bool
-
 	// texts remembers the last statements' tagged text, so a connection
 	// that runs the same statement text again (the common case: statements
 	// are constants) pays neither the scan for where the tag goes nor the
-	// allocation of the tagged string. database/sql serialises the calls
-	// that use it.
+	// allocation of the tagged string. Only texts up to maxCachedText bytes
+	// are kept: a connection pins at most textCacheSize of them, however
+	// large the statements it runs. database/sql serialises the calls that
+	// use it.
 	texts    [textCacheSize]sentText
 	nextText uint8
 
@@ -56,6 +57,11 @@ type conn struct {
 // for the few statements of a transaction or a request.
 const textCacheSize = 4
 
+// maxCachedText bounds the statements the cache keeps (the text as given;
+// the tagged copy adds the comment): at most textCacheSize × 2 × 4 KiB
+// pinned per pooled connection.
+const maxCachedText = 4 << 10
+
 type sentText struct {
 	query, sent string
 	ts          *tagState
@@ -64,7 +70,9 @@ type sentText struct {
 
 // sent returns query as sent for ts, and its operation, from the
 // connection's memory when it ran the same text for the same tag lately.
-func (c *conn) sent(ts *tagState, query string) (string, op) {
+// A statement the tag would push over the packet limit goes untagged (see
+// instr.fits).
+func (c *conn) sent(ctx context.Context, ts *tagState, query string) (string, op) {
 	for i := range c.texts {
 		t := &c.texts[i]
 		if t.ts == ts && len(t.query) == len(query) && t.query == query {
@@ -72,33 +80,51 @@ func (c *conn) sent(ts *tagState, query string) (string, op) {
 		}
 	}
 	sent, o := c.in.queryOp(ts, query)
-	c.texts[c.nextText] = sentText{query: query, sent: sent, ts: ts, op: o}
-	c.nextText = (c.nextText + 1) % textCacheSize
+	if c.in.tooLarge(ctx, c, query, sent) {
+		return query, o // not cached: each one is counted
+	}
+	if len(query) <= maxCachedText {
+		c.texts[c.nextText] = sentText{query: query, sent: sent, ts: ts, op: o}
+		c.nextText = (c.nextText + 1) % textCacheSize
+	}
 	return sent, o
 }
 
-var (
-	_ driver.Conn               = (*conn)(nil)
-	_ driver.ConnPrepareContext = (*conn)(nil)
-	_ driver.ConnBeginTx        = (*conn)(nil)
-	_ driver.ExecerContext      = (*conn)(nil)
-	_ driver.QueryerContext     = (*conn)(nil)
-	_ driver.Pinger             = (*conn)(nil)
-	_ driver.SessionResetter    = (*conn)(nil)
-	_ driver.Validator          = (*conn)(nil)
-	_ driver.NamedValueChecker  = (*conn)(nil)
-)
-
-func (c *conn) Prepare(query string) (driver.Stmt, error) {
-	return c.PrepareContext(context.Background(), query)
+// legacyState is the tag of a driver call that comes without a context
+// (the legacy interfaces, through (*sql.Conn).Raw or from a driver without
+// the context ones): the hold's tag when it has one.
+func (c *conn) legacyState() *tagState {
+	if ts := c.holdTag.Load(); ts != nil {
+		return ts
+	}
+	return c.in.deflt
 }
 
-// PrepareContext prepares the statement with the tag of ctx in its text:
-// every later execution sends that text, whatever the executing context's
-// tag (which is what the execution's metrics use).
-func (c *conn) PrepareContext(ctx context.Context, query string) (driver.Stmt, error) {
-	ts := c.in.stateFor(ctx)
+// base is how conntag finds its *conn in any combination wrapConn made.
+func (c *conn) base() *conn { return c }
+
+type baseConn interface{ base() *conn }
+
+var (
+	_ driver.Conn            = (*conn)(nil)
+	_ driver.SessionResetter = (*conn)(nil)
+	_ driver.Validator       = (*conn)(nil)
+)
+
+// Prepare prepares with the hold's tag; database/sql calls it only when the
+// driver's connection has no PrepareContext.
+func (c *conn) Prepare(query string) (driver.Stmt, error) {
+	return c.prepare(context.Background(), c.legacyState(), query)
+}
+
+// prepare prepares the statement with the tag of ts in its text: every
+// later execution sends that text, whatever the executing context's tag
+// (which is what the execution's metrics use).
+func (c *conn) prepare(ctx context.Context, ts *tagState, query string) (driver.Stmt, error) {
 	sent := c.in.query(ts, query)
+	if c.in.tooLarge(ctx, c, query, sent) {
+		sent = query
+	}
 	var start int64
 	if c.in.measure {
 		start = c.in.timeCall(ctx, c, ts)
@@ -129,14 +155,15 @@ func (c *conn) Close() error {
 	return c.inner.Close()
 }
 
+// Begin begins with the hold's tag; database/sql calls it only when the
+// driver's connection has no BeginTx.
 func (c *conn) Begin() (driver.Tx, error) {
-	return c.BeginTx(context.Background(), driver.TxOptions{})
+	return c.beginTx(context.Background(), c.legacyState(), driver.TxOptions{})
 }
 
-// BeginTx starts a transaction; its Commit or Rollback is counted for the
-// tag of ctx, the context the transaction began with.
-func (c *conn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {
-	ts := c.in.stateFor(ctx)
+// beginTx starts a transaction; its Commit or Rollback is counted for ts,
+// the tag the transaction began with.
+func (c *conn) beginTx(ctx context.Context, ts *tagState, opts driver.TxOptions) (driver.Tx, error) {
 	var s stmtStart
 	if c.in.measure {
 		s, ctx = c.in.startOp(ctx, c, ts, opBegin, "BEGIN")
@@ -165,20 +192,21 @@ func (c *conn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, e
 	return &txn{inner: tx, conn: c, ts: ts}, nil
 }
 
-func (c *conn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
-	ex, ok := c.inner.(driver.ExecerContext)
-	if !ok || len(args) > 0 && c.skipArgs.Load() {
-		return nil, driver.ErrSkip
-	}
+// execContext runs through the driver's ExecerContext. driver.ErrSkip is
+// the driver's answer for this statement only (go-sql-driver/mysql gives it
+// for arguments unless interpolateParams=true, and with it for a value too
+// large or of a type it cannot interpolate): database/sql then prepares
+// this one statement, and the next is asked again.
+func (c *conn) execContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
+	ex := c.inner.(driver.ExecerContext)
 	ts := c.in.stateFor(ctx)
-	sent, o := c.sent(ts, query)
+	sent, o := c.sent(ctx, ts, query)
 	if !c.in.measure {
 		return ex.ExecContext(ctx, sent, args)
 	}
 	s, sctx := c.in.startOp(ctx, c, ts, o, sent)
 	res, err := ex.ExecContext(sctx, sent, args)
 	if err == driver.ErrSkip { //nolint:errorlint // a sentinel the driver returns as is
-		c.skipArgs.Store(len(args) > 0)
 		c.in.dropStmt(s)
 		return nil, err
 	}
@@ -186,20 +214,16 @@ func (c *conn) ExecContext(ctx context.Context, query string, args []driver.Name
 	return res, err
 }
 
-func (c *conn) QueryContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Rows, error) {
-	qr, ok := c.inner.(driver.QueryerContext)
-	if !ok || len(args) > 0 && c.skipArgs.Load() {
-		return nil, driver.ErrSkip
-	}
+func (c *conn) queryContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Rows, error) {
+	qr := c.inner.(driver.QueryerContext)
 	ts := c.in.stateFor(ctx)
-	sent, o := c.sent(ts, query)
+	sent, o := c.sent(ctx, ts, query)
 	if !c.in.measure {
 		return qr.QueryContext(ctx, sent, args)
 	}
 	s, sctx := c.in.startOp(ctx, c, ts, o, sent)
 	rows, err := qr.QueryContext(sctx, sent, args)
 	if err == driver.ErrSkip { //nolint:errorlint // a sentinel the driver returns as is
-		c.skipArgs.Store(len(args) > 0)
 		c.in.dropStmt(s)
 		return nil, err
 	}
@@ -210,11 +234,50 @@ func (c *conn) QueryContext(ctx context.Context, query string, args []driver.Nam
 	return newRows(rows, c, s), nil
 }
 
-func (c *conn) Ping(ctx context.Context) error {
-	p, ok := c.inner.(driver.Pinger)
-	if !ok {
-		return nil // database/sql treats a driver without Pinger as alive
+// exec and query are the legacy Execer and Queryer: tagged and measured
+// like the context versions, with the hold's tag, and the driver's answer
+// (its own result type, ErrSkip) handed back untouched.
+func (c *conn) exec(query string, args []driver.Value) (driver.Result, error) {
+	ex := c.inner.(driver.Execer) //nolint:staticcheck // the legacy interface, kept when the driver has it
+	ts := c.legacyState()
+	ctx := context.Background()
+	sent, o := c.sent(ctx, ts, query)
+	if !c.in.measure {
+		return ex.Exec(sent, args)
 	}
+	s, _ := c.in.startOp(ctx, c, ts, o, sent)
+	res, err := ex.Exec(sent, args)
+	if err == driver.ErrSkip { //nolint:errorlint // a sentinel the driver returns as is
+		c.in.dropStmt(s)
+		return nil, err
+	}
+	c.in.endStmt(c, s, err)
+	return res, err
+}
+
+func (c *conn) query(query string, args []driver.Value) (driver.Rows, error) {
+	qr := c.inner.(driver.Queryer) //nolint:staticcheck // the legacy interface, kept when the driver has it
+	ts := c.legacyState()
+	ctx := context.Background()
+	sent, o := c.sent(ctx, ts, query)
+	if !c.in.measure {
+		return qr.Query(sent, args)
+	}
+	s, _ := c.in.startOp(ctx, c, ts, o, sent)
+	rows, err := qr.Query(sent, args)
+	if err == driver.ErrSkip { //nolint:errorlint // a sentinel the driver returns as is
+		c.in.dropStmt(s)
+		return nil, err
+	}
+	if err != nil {
+		c.in.endStmt(c, s, err)
+		return nil, err
+	}
+	return newRows(rows, c, s), nil
+}
+
+func (c *conn) ping(ctx context.Context) error {
+	p := c.inner.(driver.Pinger)
 	if !c.in.measure {
 		return p.Ping(ctx)
 	}
@@ -255,13 +318,19 @@ func (c *conn) IsValid() bool {
 	return true
 }
 
-func (c *conn) CheckNamedValue(nv *driver.NamedValue) error {
-	if nvc, ok := c.inner.(driver.NamedValueChecker); ok {
-		return nvc.CheckNamedValue(nv)
+// Unwrap returns the driver's own connection behind c, for code that needs
+// the driver's type through (*sql.Conn).Raw:
+//
+//	err := sc.Raw(func(dc any) error {
+//		mc := conntag.Unwrap(dc.(driver.Conn))
+//		...
+//	})
+//
+// Statements run on it directly are neither tagged nor measured. A
+// connection that is not conntag's is returned as it is.
+func Unwrap(c driver.Conn) driver.Conn {
+	if b, ok := c.(baseConn); ok {
+		return b.base().inner
 	}
-	return driver.ErrSkip
+	return c
 }
-
-// Raw returns the driver's own connection, for code that needs it through
-// (*sql.Conn).Raw.
-func (c *conn) Raw() driver.Conn { return c.inner }

@@ -61,6 +61,37 @@
 // every distinct text is a separate entry in ProxySQL's digest table and in
 // statement caches.
 //
+// # The driver, unchanged
+//
+// conntag's connection implements exactly the optional driver interfaces
+// the driver's connection implements (PrepareContext, BeginTx, the context
+// and the legacy Execer and Queryer, Pinger, NamedValueChecker), so
+// database/sql takes the same path with and without conntag, and code that
+// reaches the connection through (*sql.Conn).Raw finds the same methods.
+// Results, rows and errors come back as the driver made them (a
+// go-sql-driver/mysql Exec still returns a mysql.Result). Two interfaces are
+// always there: SessionResetter and Validator, how conntag sees a borrow
+// and a return; for a driver without them they answer as database/sql
+// assumes. For the driver's own connection type, use Unwrap inside Raw.
+// A driver's driver.ErrSkip (go-sql-driver/mysql's answer to arguments
+// without interpolateParams, or to one value it cannot interpolate) counts
+// for that statement only.
+//
+// (*sql.DB).Driver returns conntag's driver, which has DriverContext when
+// the driver has it; connections opened through it are tagged and measured
+// with the pool's options.
+//
+// A tag adds about 30 bytes to a statement. A statement that would fit the
+// driver's packet limit (maxAllowedPacket in the DSN; WithMaxAllowedPacket
+// for OpenDB) and the server's max_allowed_packet (asked once per pool, by
+// SHOW VARIABLES, at the first statement over 1 KiB) only without its tag
+// is sent untagged and counted (holdtime.client.untagged_oversize), not
+// refused.
+//
+// Statements that database/sql sends without a context (a driver without the
+// context interfaces, or legacy methods called through Raw) carry the tag
+// of the hold they run in.
+//
 // # What is measured, and what is not
 //
 // database/sql tells a driver when a pooled connection is borrowed again
@@ -116,7 +147,7 @@
 // Counters are kept in atomics and read when metrics are collected; a
 // statement costs two clock reads and a few atomic adds (a hold two more
 // reads). A connection remembers the tagged text of its last four
-// statements, so a repeated statement is neither scanned nor allocated
+// statements of up to 4 KiB, so a repeated statement is neither scanned nor allocated
 // again, and it reuses its result-set wrapper: on the stub driver a
 // statement through database/sql gains no allocation (BenchmarkStatementInterleaved).
 // The clock is the runtime's monotonic clock (BenchmarkClock: 35–60 ns a

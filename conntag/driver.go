@@ -15,16 +15,20 @@ import (
 // example "mysql"), wrapped so that every statement carries its context's
 // tag and every hold is measured. It is sql.Open with options: keep passing
 // the *sql.DB to your code and libraries.
+//
+// With go-sql-driver/mysql, the DSN's maxAllowedPacket is the driver's
+// packet limit conntag keeps tagged statements within (see OpenDB for a
+// connector).
 func Open(driverName, dsn string, opts ...Option) (*sql.DB, error) {
-	// database/sql offers no lookup of a registered driver by name; opening
-	// a handle (which connects to nothing) and asking for its driver is the
-	// supported way.
-	probe, err := sql.Open(driverName, "")
+	// database/sql offers no lookup of a registered driver by name: a handle
+	// opened with the same DSN (which connects to nothing and reports a bad
+	// DSN as sql.Open would) hands over its driver.
+	h, err := sql.Open(driverName, dsn)
 	if err != nil {
 		return nil, fmt.Errorf("conntag: %w (is the driver imported, e.g. _ \"github.com/go-sql-driver/mysql\"?)", err)
 	}
-	d := probe.Driver()
-	_ = probe.Close()
+	d := h.Driver()
+	_ = h.Close()
 
 	var inner driver.Connector
 	if dc, ok := d.(driver.DriverContext); ok {
@@ -36,27 +40,38 @@ func Open(driverName, dsn string, opts ...Option) (*sql.DB, error) {
 	} else {
 		inner = dsnConnector{dsn: dsn, driver: d}
 	}
-	return openDB(inner, opts)
+	cfg := newConfig(opts)
+	if cfg.clientPacket < 0 {
+		cfg.clientPacket = clientPacketLimit(dsn)
+	}
+	return openDB(inner, cfg)
 }
 
 // OpenDB is sql.OpenDB for a wrapped connector, for drivers configured with
 // a connector (mysql.NewConnector). If the options are invalid (an OTel
 // instrument cannot be created), it panics: OpenDB has no error to return,
 // like sql.OpenDB. Use Open to get the error instead.
+//
+// A connector does not show its configuration: conntag takes the driver's
+// packet limit to be go-sql-driver/mysql's default (64 MiB) and learns the
+// server's; a Config.MaxAllowedPacket set lower is not seen (use Open, or
+// WithMaxAllowedPacket).
 func OpenDB(c driver.Connector, opts ...Option) *sql.DB {
-	db, err := openDB(c, opts)
+	db, err := openDB(c, newConfig(opts))
 	if err != nil {
 		panic(err)
 	}
 	return db
 }
 
-func openDB(inner driver.Connector, opts []Option) (*sql.DB, error) {
-	in, err := newInstr(newConfig(opts))
+func openDB(inner driver.Connector, cfg config) (*sql.DB, error) {
+	in, err := newInstr(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("conntag: create instruments: %w", err)
 	}
-	db := sql.OpenDB(&connector{inner: inner, in: in, drv: &wrappedDriver{inner: inner.Driver(), in: in}})
+	c := &connector{inner: inner, in: in}
+	c.drv = newDriver(inner.Driver(), c)
+	db := sql.OpenDB(c)
 	if err := in.registerCallbacks(db); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("conntag: register metrics callback: %w", err)
@@ -69,7 +84,7 @@ func openDB(inner driver.Connector, opts []Option) (*sql.DB, error) {
 type connector struct {
 	inner driver.Connector
 	in    *instr
-	drv   *wrappedDriver
+	drv   driver.Driver
 }
 
 var (
@@ -81,12 +96,17 @@ var (
 // context carries a tag starts a hold for that tag now; one the pool opens
 // in the background (no tag) starts its hold at its first driver call.
 func (c *connector) Connect(ctx context.Context) (driver.Conn, error) {
+	return c.connect(ctx, c.inner.Connect)
+}
+
+func (c *connector) connect(ctx context.Context, dial func(context.Context) (driver.Conn, error)) (driver.Conn, error) {
 	if !c.in.measure {
-		ci, err := c.inner.Connect(ctx)
+		ci, err := dial(ctx)
 		if err != nil {
 			return nil, err
 		}
-		return &conn{inner: ci, in: c.in}, nil
+		_, dc := c.in.newConn(ci)
+		return dc, nil
 	}
 	tagged := c.in.taggedState(ctx)
 	ts := tagged
@@ -94,14 +114,14 @@ func (c *connector) Connect(ctx context.Context) (driver.Conn, error) {
 		ts = c.in.deflt
 	}
 	start := time.Now()
-	ci, err := c.inner.Connect(ctx)
+	ci, err := dial(ctx)
 	if err != nil {
 		return nil, err
 	}
 	if c.in.cfg.metrics {
 		c.in.inst.createTime.Record(ctx, time.Since(start).Seconds(), ts.metrics.holdOpts...)
 	}
-	cn := &conn{inner: ci, in: c.in}
+	cn, dc := c.in.newConn(ci)
 	if c.in.cfg.sessionID && c.in.tracer != nil {
 		if cn.sessionID, err = sessionID(ctx, ci); err != nil {
 			ci.Close()
@@ -112,7 +132,7 @@ func (c *connector) Connect(ctx context.Context) (driver.Conn, error) {
 	if tagged != nil {
 		c.in.borrow(ctx, cn, tagged)
 	}
-	return cn, nil
+	return dc, nil
 }
 
 func (c *connector) Driver() driver.Driver { return c.drv }
@@ -125,23 +145,52 @@ func (c *connector) Close() error {
 	return err
 }
 
-// wrappedDriver is what (*sql.DB).Driver returns.
+// wrappedDriver is what (*sql.DB).Driver returns: conntag's driver, which
+// has driver.DriverContext exactly when the wrapped driver has it. Its Open
+// and OpenConnector give connections tagged and measured like the pool's
+// (with the pool's options); the wrapped driver itself is not reachable
+// from the *sql.DB.
 type wrappedDriver struct {
 	inner driver.Driver
-	in    *instr
+	c     *connector
+}
+
+type wrappedDriverContext struct{ *wrappedDriver }
+
+func newDriver(inner driver.Driver, c *connector) driver.Driver {
+	d := &wrappedDriver{inner: inner, c: c}
+	if _, ok := inner.(driver.DriverContext); ok {
+		return wrappedDriverContext{d}
+	}
+	return d
 }
 
 func (d *wrappedDriver) Open(name string) (driver.Conn, error) {
-	ci, err := d.inner.Open(name)
+	return d.c.connect(context.Background(), func(context.Context) (driver.Conn, error) { return d.inner.Open(name) })
+}
+
+// OpenConnector returns a connector for name through conntag, sharing the
+// pool's measurements.
+func (d wrappedDriverContext) OpenConnector(name string) (driver.Connector, error) {
+	ic, err := d.inner.(driver.DriverContext).OpenConnector(name)
 	if err != nil {
 		return nil, err
 	}
-	cn := &conn{inner: ci, in: d.in}
-	if d.in.measure {
-		d.in.track(cn)
-	}
-	return cn, nil
+	return &sharedConnector{inner: ic, c: d.c}, nil
 }
+
+// sharedConnector opens connections for another *sql.DB with the pool's
+// measurements; closing it leaves them to the pool.
+type sharedConnector struct {
+	inner driver.Connector
+	c     *connector
+}
+
+func (s *sharedConnector) Connect(ctx context.Context) (driver.Conn, error) {
+	return s.c.connect(ctx, s.inner.Connect)
+}
+
+func (s *sharedConnector) Driver() driver.Driver { return s.c.drv }
 
 // dsnConnector adapts a driver without DriverContext.
 type dsnConnector struct {

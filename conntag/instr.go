@@ -56,6 +56,14 @@ type instr struct {
 	db   *sql.DB
 
 	tracer trace.Tracer // nil: no spans
+
+	// Packet limits (packet.go). clientPacket is the driver's (0: the
+	// server's); serverPacket the server's, 0 until asked, -1 when unknown.
+	// checkPackets is off for servers other than MySQL and MariaDB.
+	checkPackets bool
+	clientPacket int64
+	serverPacket atomic.Int64
+	oversize     atomic.Int64 // statements sent untagged for the limits
 }
 
 // tagState is one tag's comment, attribute sets and running totals.
@@ -96,6 +104,12 @@ func newInstr(cfg config) (*instr, error) {
 		epoch:   time.Now(),
 		measure: cfg.metrics || cfg.tracerProvider != nil || cfg.longHold > 0 || cfg.holdProfile != nil,
 		conns:   make(map[*conn]struct{}),
+
+		checkPackets: cfg.dbSystem == "mysql" || cfg.dbSystem == "mariadb",
+		clientPacket: cfg.clientPacket,
+	}
+	if in.clientPacket < 0 {
+		in.clientPacket = defaultClientPacketLimit
 	}
 	if cfg.tracerProvider != nil {
 		in.tracer = cfg.tracerProvider.Tracer(instrumentationName)

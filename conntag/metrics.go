@@ -28,6 +28,7 @@ type instruments struct {
 	opTime                         metric.Float64ObservableCounter
 	count, maxConns                metric.Int64ObservableUpDownCounter
 	waits                          metric.Int64ObservableCounter
+	oversize                       metric.Int64ObservableCounter
 	waitTime                       metric.Float64ObservableCounter
 
 	// Last values observed per tag, so that the exported counters never go
@@ -87,6 +88,9 @@ func (m *instruments) create(cfg config) error {
 	m.waitTime, err = meter.Float64ObservableCounter("holdtime.pool.wait_time", metric.WithUnit("s"),
 		metric.WithDescription("Total seconds callers waited for a connection (DB.Stats WaitDuration)."))
 	check(err)
+	m.oversize, err = meter.Int64ObservableCounter("holdtime.client.untagged_oversize", metric.WithUnit("{statement}"),
+		metric.WithDescription("Statements sent untagged because the tag would have made them larger than the driver's or the server's packet limit."))
+	check(err)
 	m.last = make(map[*tagState]*[3]float64)
 	return errors.Join(errs...)
 }
@@ -111,9 +115,12 @@ func (in *instr) registerCallbacks(db *sql.DB) error {
 			o.ObserveInt64(m.maxConns, int64(st.MaxOpenConnections), poolOpts...)
 			o.ObserveInt64(m.waits, st.WaitCount, poolOpts...)
 			o.ObserveFloat64(m.waitTime, st.WaitDuration.Seconds(), poolOpts...)
+			if n := in.oversize.Load(); n > 0 {
+				o.ObserveInt64(m.oversize, n, poolOpts...)
+			}
 			return nil
 		},
-		m.holdTime, m.activeTime, m.idleTime, m.holds, m.longHolds, m.ops, m.opTime, m.count, m.maxConns, m.waits, m.waitTime)
+		m.holdTime, m.activeTime, m.idleTime, m.holds, m.longHolds, m.ops, m.opTime, m.count, m.maxConns, m.waits, m.waitTime, m.oversize)
 	return err
 }
 

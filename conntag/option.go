@@ -27,6 +27,7 @@ type config struct {
 	queryText      bool
 	sessionID      bool
 	holdProfile    *HoldProfile
+	clientPacket   int64 // -1: not set by an option
 }
 
 // DefaultMaxTags is the default cap on distinct tags in metrics.
@@ -44,6 +45,8 @@ func newConfig(opts []Option) config {
 		maxTags:    DefaultMaxTags,
 		dbSystem:   "mysql",
 		poolName:   "default",
+
+		clientPacket: -1,
 	}
 	for _, o := range opts {
 		o(&c)
@@ -165,5 +168,19 @@ func WithLongHoldThreshold(d time.Duration, fn func(LongHold)) Option {
 	return func(c *config) {
 		c.longHold = d
 		c.onLongHold = fn
+	}
+}
+
+// WithMaxAllowedPacket tells conntag the driver's packet limit in bytes
+// (go-sql-driver/mysql's Config.MaxAllowedPacket; 0: the server's), for a
+// pool opened with OpenDB on a connector whose limit is not the driver's
+// default. A statement the tag would take over the driver's or the server's
+// limit is sent untagged and counted (holdtime.client.untagged_oversize),
+// rather than refused. Open reads the limit from the DSN.
+func WithMaxAllowedPacket(n int) Option {
+	return func(c *config) {
+		if n >= 0 {
+			c.clientPacket = int64(n)
+		}
 	}
 }

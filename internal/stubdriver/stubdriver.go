@@ -27,13 +27,15 @@ func (Driver) Open(string) (driver.Conn, error) { return conn{}, nil }
 
 type conn struct{ onStatement func(string) }
 
-func (conn) Prepare(string) (driver.Stmt, error)      { return nil, driver.ErrSkip }
-func (conn) Close() error                             { return nil }
-func (conn) Begin() (driver.Tx, error)                { return tx{}, nil }
-func (conn) ResetSession(context.Context) error       { return nil }
-func (conn) IsValid() bool                            { return true }
-func (conn) CheckNamedValue(*driver.NamedValue) error { return nil }
-func (conn) Ping(context.Context) error               { return nil }
+func (conn) Prepare(string) (driver.Stmt, error)                          { return nil, driver.ErrSkip }
+func (conn) Close() error                                                 { return nil }
+func (conn) Begin() (driver.Tx, error)                                    { return tx{}, nil }
+func (conn) BeginTx(context.Context, driver.TxOptions) (driver.Tx, error) { return tx{}, nil }
+func (conn) PrepareContext(context.Context, string) (driver.Stmt, error)  { return nil, driver.ErrSkip }
+func (conn) ResetSession(context.Context) error                           { return nil }
+func (conn) IsValid() bool                                                { return true }
+func (conn) CheckNamedValue(*driver.NamedValue) error                     { return nil }
+func (conn) Ping(context.Context) error                                   { return nil }
 
 func (c conn) ExecContext(_ context.Context, q string, _ []driver.NamedValue) (driver.Result, error) {
 	if c.onStatement != nil {

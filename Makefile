@@ -4,12 +4,12 @@
 GO ?= go
 export PATH := $(PATH):/usr/sbin:/usr/local/sbin
 
-.PHONY: demo test fmt-check vet race accuracy bench benchcmp-test deps deps-demo
+.PHONY: demo test fmt-check vet race accuracy bench benchcmp-test driver-suite deps deps-demo
 
 demo: deps-demo
 	$(GO) run ./cmd/holdtime demo
 
-test: deps fmt-check vet race accuracy benchcmp-test
+test: deps fmt-check vet race accuracy benchcmp-test driver-suite
 
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
@@ -38,6 +38,13 @@ bench: deps-demo # gcc and MariaDB, as the demo
 # dependencies); its test checks the comparison is fair.
 benchcmp-test:
 	cd internal/benchcmp && $(GO) vet ./... && $(GO) test -count=1 ./...
+
+# go-sql-driver/mysql's own test suite (the version in go.mod), run as-is
+# and through conntag against a throwaway MariaDB; internal/driversuite is
+# its own module (the driver's test files come from the module cache) and
+# its test compares the outcomes and the server's general log of both runs.
+driver-suite:
+	cd internal/driversuite && $(GO) mod download github.com/go-sql-driver/mysql && $(GO) vet ./... && $(GO) test -count=1 -timeout 15m ./...
 
 deps-demo:
 	.ci/install-deps build mariadb redis # redis-server: the demo's second lesson (the Redis design)

@@ -327,11 +327,21 @@ func (e *Engine) Refill(ctx context.Context, key ItemKey) (int64, error) {
 // Config.Retention every Config.PruneInterval. Errors are logged to
 // Config.Logger and retried next interval. Run returns nil when ctx is
 // cancelled.
-func (e *Engine) Run(ctx context.Context) error {
+func (e *Engine) Run(ctx context.Context) error { return e.run(ctx, true) }
+
+// RunRefill is Run without the expiry sweep, for a caller that calls
+// ExpireDue itself at times it chooses (package migration fences its sweeps
+// against a shop's cutover from one system to the other).
+func (e *Engine) RunRefill(ctx context.Context) error { return e.run(ctx, false) }
+
+func (e *Engine) run(ctx context.Context, sweep bool) error {
 	refill := time.NewTicker(e.cfg.RefillInterval)
 	defer refill.Stop()
 	expire := time.NewTicker(e.cfg.ExpiryInterval)
 	defer expire.Stop()
+	if !sweep {
+		expire.Stop()
+	}
 	prune := time.NewTicker(e.cfg.PruneInterval)
 	defer prune.Stop()
 	for {

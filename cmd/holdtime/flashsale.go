@@ -68,6 +68,7 @@ type flashsaleCmd struct {
 	shops         int
 	migrate       bool
 	shadowTimeout time.Duration
+	quietPeriod   time.Duration
 }
 
 // flashsaleStrategies are the strategies --compare runs, the engine first.
@@ -157,7 +158,8 @@ which it creates the engine's tables (inventory_*) and sells in a shop of its ow
 	fl.StringVar(&f.persistence, "redis-persistence", string(testenv.PersistenceSnapshot), "the throwaway Redis's persistence: snapshot (Debian's default: RDB, taken after stocking), none or aof (the default with --migrate)")
 	fl.IntVar(&f.shops, "shops", 1, "shops selling, each with every item; their volumes rise 1:2:…:n")
 	fl.BoolVar(&f.migrate, "migrate", false, "move the shops from Redis to MySQL through every stage during the sale, flipping the kill switch")
-	fl.DurationVar(&f.shadowTimeout, "shadow-timeout", 50*time.Millisecond, "--backend shadow, --migrate: the most a shadow call may add to a customer's call")
+	fl.DurationVar(&f.shadowTimeout, "shadow-timeout", 100*time.Millisecond, "--backend shadow, --migrate: the most a shadow call may add to a customer's call")
+	fl.DurationVar(&f.quietPeriod, "quiet-period", 40*time.Millisecond, "--migrate: how long a shop stays in shadow without a mismatch before the gate promotes it (an app's default is 10m; a sale is short)")
 	return cmd
 }
 
@@ -224,8 +226,8 @@ func (f *flashsaleCmd) config() (flashsale.Config, []reservation.Strategy, error
 	if f.killClaims < 0 || f.killClaims > 1 {
 		return cfg, nil, fmt.Errorf("--kill-claims %v: give a share from 0 to 1", f.killClaims)
 	}
-	if f.restarts < 0 || f.shops < 1 || f.shadowTimeout <= 0 {
-		return cfg, nil, errors.New("--restarts must not be negative, --shops at least 1, --shadow-timeout positive")
+	if f.restarts < 0 || f.shops < 1 || f.shadowTimeout <= 0 || f.quietPeriod <= 0 {
+		return cfg, nil, errors.New("--restarts must not be negative, --shops at least 1, --shadow-timeout and --quiet-period positive")
 	}
 	if f.restarts > 0 && f.redisAddr != "" && f.backend != "mysql" {
 		return cfg, nil, errors.New("--restarts crashes the throwaway Redis: leave out --redis")
@@ -652,57 +654,21 @@ func (f *flashsaleCmd) setupBackend(ctx context.Context, cfg *flashsale.Config, 
 		cfg.Backend = b
 		return cleanup, nil, nil
 	}
-	store, err := redisstock.New(rcfg)
-	if err != nil {
-		return fail(err)
-	}
-	engine, err := reservation.New(cfg.DB, reservation.Config{PoolSize: f.poolSize, MeterProvider: cfg.MeterProvider,
-		ExpiryInterval: 10 * time.Millisecond})
-	if err != nil {
-		return fail(err)
-	}
 	rollout := migration.Rollout{Shadow: migration.Plan{Percent: 100}}
 	if f.migrate {
 		rollout = migration.Rollout{}
 	}
-	router, err := migration.New(migration.Config{Redis: store, Engine: engine, DB: cfg.DB, ShopsByVolume: cfg.ShopIDs,
-		Rollout: rollout, ShadowTimeout: f.shadowTimeout, MeterProvider: cfg.MeterProvider,
-		Logger: slog.New(slog.NewTextHandler(f.errOut, nil))})
+	b, err := flashsale.NewMigration(ctx, flashsale.MigrationConfig{DB: cfg.DB, Redis: rdb, Shops: cfg.ShopIDs, Rollout: rollout,
+		PoolSize: f.poolSize, ShadowTimeout: f.shadowTimeout, QuietPeriod: f.quietPeriod, GateInterval: f.quietPeriod / 4,
+		MeterProvider: cfg.MeterProvider, Logger: slog.New(slog.NewTextHandler(f.errOut, &slog.HandlerOptions{Level: slog.LevelWarn}))})
 	if err != nil {
 		return fail(err)
 	}
-	if err := router.Migrate(ctx); err != nil {
-		return fail(err)
-	}
-	cfg.Backend = &flashsale.MigrationBackend{R: router, Redis: store, Engine: engine, DB: cfg.DB}
+	cfg.Backend = b
 	if f.migrate {
-		cfg.Events = append(cfg.Events, migrationPlan(router)...)
+		cfg.Events = append(cfg.Events, flashsale.MigrationPlan(b.R)...)
 	}
-	return cleanup, router.Handler(), nil
-}
-
-// migrationPlan moves every shop through the stages during a sale, the
-// lowest-volume shops first, and flips the kill switch on and off twice.
-func migrationPlan(r *migration.Router) []flashsale.Event {
-	stage := func(shadow, mysql float64) func(context.Context) error {
-		return func(context.Context) error {
-			return r.SetRollout(migration.Rollout{Shadow: migration.Plan{Percent: shadow}, MySQL: migration.Plan{Percent: mysql}})
-		}
-	}
-	kill := func(on bool) func(context.Context) error {
-		return func(context.Context) error { r.SetKillSwitch(on); return nil }
-	}
-	return []flashsale.Event{
-		{At: 0.1, Name: "shadow 40%", Do: stage(40, 0)},
-		{At: 0.2, Name: "shadow 100%", Do: stage(100, 0)},
-		{At: 0.3, Name: "mysql 20%", Do: stage(100, 20)},
-		{At: 0.4, Name: "mysql 60%", Do: stage(100, 60)},
-		{At: 0.45, Name: "kill switch on", Do: kill(true)},
-		{At: 0.6, Name: "kill switch off", Do: kill(false)},
-		{At: 0.7, Name: "mysql 100%", Do: stage(100, 100)},
-		{At: 0.8, Name: "kill switch on", Do: kill(true)},
-		{At: 0.9, Name: "kill switch off", Do: kill(false)},
-	}
+	return cleanup, b.R.Handler(), nil
 }
 
 func writeFlashsalePhases(w io.Writer, phases []flashsale.Phase) error {

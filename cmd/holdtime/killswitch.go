@@ -20,6 +20,8 @@ type killswitchCmd struct {
 	out     io.Writer
 	url     string
 	timeout time.Duration
+	shop    uint64
+	force   bool
 }
 
 func newKillswitchCmd() *cobra.Command {
@@ -30,12 +32,18 @@ func newKillswitchCmd() *cobra.Command {
 		Long: `killswitch flips the kill switch of an app migrating from the Redis reservation design to
 the engine (package migration): on, every new reservation of a shop switched to MySQL goes
 back to Redis as the source of truth at once (MySQL still shadowed); off, they go to MySQL
-again. Reservations in flight stay with the system that made them. status prints it.
+again (through the promotion gate). Reservations in flight stay with the system that made
+them. status prints it. --shop flips one shop's own switch instead of the global one.
+
+Turning it on hands the source of truth back to Redis only where Redis has not drifted from
+MySQL (the app reconciles each shop first); a drifted shop stays on MySQL and the command
+fails naming it. --force repairs Redis from MySQL and hands it back anyway.
 
 --url is the app's metrics server, which serves the switch at /killswitch next to
 /metrics (holdtime flashsale --migrate --metrics-listen does); the app also exports it
 as the gauge holdtime_migration_kill_switch.`,
 		Example: `  holdtime killswitch on --url http://127.0.0.1:9480
+  holdtime killswitch on --shop 42 --force
   holdtime killswitch status --url http://127.0.0.1:9480`,
 		Args: func(_ *cobra.Command, args []string) error {
 			if len(args) != 1 || (args[0] != "on" && args[0] != "off" && args[0] != "status") {
@@ -51,7 +59,9 @@ as the gauge holdtime_migration_kill_switch.`,
 		},
 	}
 	cmd.Flags().StringVar(&k.url, "url", "http://127.0.0.1:9480", "the app's metrics server (its /killswitch)")
-	cmd.Flags().DurationVar(&k.timeout, "timeout", 5*time.Second, "give up after this long")
+	cmd.Flags().DurationVar(&k.timeout, "timeout", 30*time.Second, "give up after this long (turning it on reconciles every shop on MySQL first)")
+	cmd.Flags().Uint64Var(&k.shop, "shop", 0, "flip this shop's own kill switch (0: the global one)")
+	cmd.Flags().BoolVar(&k.force, "force", false, "hand the truth back to a Redis that drifted from MySQL (repairing it first)")
 	return cmd
 }
 
@@ -65,7 +75,14 @@ func (k *killswitchCmd) run(ctx context.Context, action string) error {
 	method := http.MethodGet
 	if action != "status" {
 		method = http.MethodPost
-		u.RawQuery = url.Values{"on": {fmt.Sprint(action == "on")}}.Encode()
+		q := url.Values{"on": {fmt.Sprint(action == "on")}}
+		if k.shop != 0 {
+			q.Set("shop", fmt.Sprint(k.shop))
+		}
+		if k.force {
+			q.Set("force", "true")
+		}
+		u.RawQuery = q.Encode()
 	}
 	req, err := http.NewRequestWithContext(ctx, method, u.String(), nil)
 	if err != nil {
@@ -77,9 +94,13 @@ func (k *killswitchCmd) run(ctx context.Context, action string) error {
 	}
 	defer resp.Body.Close()
 	var state struct {
-		On *bool `json:"kill_switch"`
+		On     *bool             `json:"kill_switch"`
+		Killed []uint64          `json:"killed_shops"`
+		Gated  map[string]string `json:"gated"`
+		Error  string            `json:"error"`
 	}
-	if resp.StatusCode != http.StatusOK || json.NewDecoder(io.LimitReader(resp.Body, 1<<16)).Decode(&state) != nil || state.On == nil {
+	ok := resp.StatusCode == http.StatusOK || resp.StatusCode == http.StatusConflict
+	if !ok || json.NewDecoder(io.LimitReader(resp.Body, 1<<16)).Decode(&state) != nil || state.On == nil {
 		return fmt.Errorf("kill switch at %s: %s (the app serves no kill switch there: is it migrating?)", u.Redacted(), resp.Status)
 	}
 	word := "off: new reservations go to each shop's stage"
@@ -87,5 +108,11 @@ func (k *killswitchCmd) run(ctx context.Context, action string) error {
 		word = "on: new reservations go to Redis"
 	}
 	fmt.Fprintf(k.out, "kill switch %s\n", word)
+	if len(state.Killed) > 0 {
+		fmt.Fprintf(k.out, "shops with their own kill switch on: %v\n", state.Killed)
+	}
+	if state.Error != "" {
+		return fmt.Errorf("kill switch: %s (add --force to repair Redis and hand it back anyway)", state.Error)
+	}
 	return nil
 }

@@ -4,8 +4,14 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
+	"log/slog"
 	"slices"
 	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/metric"
 
 	"github.com/holdtime/holdtime/conntag"
 	"github.com/holdtime/holdtime/reservation"
@@ -24,6 +30,82 @@ type MigrationBackend struct {
 
 	mu   sync.Mutex
 	made map[uint64]map[string][]reservation.ReservedLine // shop -> reservation -> lines
+}
+
+// MigrationConfig assembles a migration for a sale (or a test of one).
+type MigrationConfig struct {
+	DB    *sql.DB       // the engine's and the Redis design's ledger (open it with OpenDB)
+	Redis *redis.Client // a client of the Store's own
+	// Shops are migration.Config.ShopsByVolume, lowest volume first.
+	Shops []uint64
+	// Rollout is the initial rollout (every shop on Redis by default).
+	Rollout  migration.Rollout
+	PoolSize int // the engine's (0: its default)
+	// ShadowTimeout, ShadowGrace, QuietPeriod and GateInterval are the
+	// router's (0: its defaults).
+	ShadowTimeout, ShadowGrace, QuietPeriod, GateInterval time.Duration
+	MeterProvider                                         metric.MeterProvider
+	Logger                                                *slog.Logger
+	OnMismatch                                            func(migration.Mismatch)
+	// ExpiryInterval is both systems' sweep interval; default 10 ms (a
+	// sale's abandoned holds are short).
+	ExpiryInterval time.Duration
+}
+
+// NewMigration builds the Redis design, the engine and the router between
+// them on cfg.DB and cfg.Redis, creates their tables (Router.Migrate), and
+// returns the sale's backend.
+func NewMigration(ctx context.Context, cfg MigrationConfig) (*MigrationBackend, error) {
+	if cfg.DB == nil || cfg.Redis == nil {
+		return nil, errors.New("flashsale: MigrationConfig.DB and MigrationConfig.Redis are required")
+	}
+	every := cfg.ExpiryInterval
+	if every == 0 {
+		every = 10 * time.Millisecond
+	}
+	store, err := redisstock.New(redisstock.Config{Redis: cfg.Redis, DB: cfg.DB, MeterProvider: cfg.MeterProvider, ExpiryInterval: every})
+	if err != nil {
+		return nil, err
+	}
+	engine, err := reservation.New(cfg.DB, reservation.Config{PoolSize: cfg.PoolSize, MeterProvider: cfg.MeterProvider, ExpiryInterval: every})
+	if err != nil {
+		return nil, err
+	}
+	router, err := migration.New(migration.Config{Redis: store, Engine: engine, DB: cfg.DB, ShopsByVolume: cfg.Shops,
+		Rollout: cfg.Rollout, ShadowTimeout: cfg.ShadowTimeout, ShadowGrace: cfg.ShadowGrace, QuietPeriod: cfg.QuietPeriod,
+		GateInterval: cfg.GateInterval, MeterProvider: cfg.MeterProvider, Logger: cfg.Logger, OnMismatch: cfg.OnMismatch})
+	if err != nil {
+		return nil, err
+	}
+	if err := router.Migrate(ctx); err != nil {
+		return nil, fmt.Errorf("flashsale: migration tables: %w", err)
+	}
+	return &MigrationBackend{R: router, Redis: store, Engine: engine, DB: cfg.DB}, nil
+}
+
+// MigrationPlan moves every shop through the stages during a sale, the
+// lowest-volume shops first, and flips the kill switch on and off twice
+// (forced: a sale's Redis may be behind MySQL by a shadow that timed out).
+func MigrationPlan(r *migration.Router) []Event {
+	stage := func(shadow, mysql float64) func(context.Context) error {
+		return func(ctx context.Context) error {
+			return r.SetRollout(ctx, migration.Rollout{Shadow: migration.Plan{Percent: shadow}, MySQL: migration.Plan{Percent: mysql}})
+		}
+	}
+	kill := func(on bool) func(context.Context) error {
+		return func(ctx context.Context) error { return r.SetKillSwitch(ctx, on, true) }
+	}
+	return []Event{
+		{At: 0.1, Name: "shadow 40%", Do: stage(40, 0)},
+		{At: 0.2, Name: "shadow 100%", Do: stage(100, 0)},
+		{At: 0.3, Name: "mysql 20%", Do: stage(100, 20)},
+		{At: 0.4, Name: "mysql 60%", Do: stage(100, 60)},
+		{At: 0.45, Name: "kill switch on", Do: kill(true)},
+		{At: 0.6, Name: "kill switch off", Do: kill(false)},
+		{At: 0.7, Name: "mysql 100%", Do: stage(100, 100)},
+		{At: 0.8, Name: "kill switch on", Do: kill(true)},
+		{At: 0.9, Name: "kill switch off", Do: kill(false)},
+	}
 }
 
 // Name implements Backend.

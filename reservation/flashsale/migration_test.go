@@ -11,7 +11,6 @@ import (
 
 	"github.com/holdtime/holdtime/reservation"
 	"github.com/holdtime/holdtime/reservation/migration"
-	"github.com/holdtime/holdtime/reservation/redisstock"
 	"github.com/holdtime/holdtime/testenv"
 )
 
@@ -38,22 +37,15 @@ func TestMigrationDuringSale(t *testing.T) {
 	t.Cleanup(func() { db.Close() })
 	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr, MaxRetries: -1, PoolSize: 32})
 	t.Cleanup(func() { rdb.Close() })
-	store, err := redisstock.New(redisstock.Config{Redis: rdb, DB: db, ExpiryInterval: 10 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	engine, err := reservation.New(db, reservation.Config{PoolSize: 100, ExpiryInterval: 10 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
 	shops := []uint64{101, 102, 103, 104, 105} // lowest volume first
 
 	var mu sync.Mutex
 	var mismatches []migration.Mismatch
 	type window struct{ from, to time.Time }
 	var faults []window
-	router, err := migration.New(migration.Config{Redis: store, Engine: engine, DB: db, ShopsByVolume: shops,
-		ShadowTimeout: 10 * time.Second, OnMismatch: func(m migration.Mismatch) {
+	b, err := NewMigration(ctx, MigrationConfig{DB: db, Redis: rdb, Shops: shops, PoolSize: 100,
+		ShadowTimeout: 10 * time.Second, QuietPeriod: 20 * time.Millisecond, GateInterval: 5 * time.Millisecond,
+		OnMismatch: func(m migration.Mismatch) {
 			mu.Lock()
 			mismatches = append(mismatches, m)
 			mu.Unlock()
@@ -61,18 +53,14 @@ func TestMigrationDuringSale(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := router.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
-	b := &MigrationBackend{R: router, Redis: store, Engine: engine, DB: db}
-
+	router, store := b.R, b.Redis
 	stage := func(shadow, mysql float64) func(context.Context) error {
-		return func(context.Context) error {
-			return router.SetRollout(migration.Rollout{Shadow: migration.Plan{Percent: shadow}, MySQL: migration.Plan{Percent: mysql}})
+		return func(ctx context.Context) error {
+			return router.SetRollout(ctx, migration.Rollout{Shadow: migration.Plan{Percent: shadow}, MySQL: migration.Plan{Percent: mysql}})
 		}
 	}
 	kill := func(on bool) func(context.Context) error {
-		return func(context.Context) error { router.SetKillSwitch(on); return nil }
+		return func(ctx context.Context) error { return router.SetKillSwitch(ctx, on, true) }
 	}
 	fault := func(do func(context.Context) error) func(context.Context) error {
 		return func(ctx context.Context) error {
@@ -125,7 +113,6 @@ func TestMigrationDuringSale(t *testing.T) {
 
 	// Every reservation: its source of truth says what the customer did.
 	truths := map[migration.Backend]int{}
-	redisClaimed := map[reservation.ItemKey]int64{}
 	redisStuck := map[reservation.ItemKey]int64{}
 	stuckIDs := map[string]bool{}
 	for _, o := range outcomes {
@@ -141,11 +128,7 @@ func TestMigrationDuringSale(t *testing.T) {
 		if (st == reservation.StateClaimed) != o.paid || st == reservation.StateHeld || st == "missing" {
 			t.Errorf("reservation %d/%s (truth %s): state %s, paid %v", o.shop, o.id, truth, st, o.paid)
 		}
-		if res, err := store.Lookup(ctx, o.shop, o.id); err == nil && res.State == reservation.StateClaimed {
-			for _, l := range o.lines {
-				redisClaimed[reservation.ItemKey{ShopID: o.shop, ItemID: l.ItemID, GroupID: l.GroupID}] += l.Quantity
-			}
-		} else if err == nil && res.State == reservation.StateHeld {
+		if res, err := store.Lookup(ctx, o.shop, o.id); err == nil && res.State == reservation.StateHeld {
 			// A Redis shadow stuck between the halves of its claim.
 			stuckIDs[fmt.Sprintf("%d/%s", o.shop, o.id)] = true
 			for _, l := range o.lines {
@@ -156,23 +139,51 @@ func TestMigrationDuringSale(t *testing.T) {
 	if truths[migration.BackendMySQL] == 0 || truths[migration.BackendRedis] == 0 {
 		t.Errorf("reservations by source of truth %v: want both", truths)
 	}
-	// Both systems' own books: every unit available, held or claimed once.
+	// Each system's own books balance, and the two agree (one stock): the
+	// engine was backfilled from Redis when each shop entered shadow, so
+	// its ledger counts the sales it saw since; what both can still sell,
+	// and hold, is the same.
+	faulted := map[uint64]bool{}
+	for _, m := range mismatches {
+		faulted[m.ShopID] = true
+	}
 	for _, shop := range shops {
+		rep, err := router.Reconcile(ctx, shop)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := rep.Drift(); d != "" && faulted[shop] {
+			// A fault may leave drift (a shadow that missed a call):
+			// repair brings it to zero, but for Redis shadow holds stuck
+			// between the halves of their claim (held in Redis's count
+			// and claimed by the truth: the Redis design's flaw).
+			t.Logf("shop %d (%s) at rest after faults: %s", shop, rep.Stage, d)
+			if rep, err = router.Repair(ctx, shop); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, d := range rep.Items {
+			if d.Redis.Available != d.MySQL.Available || d.Redis.Held-stuckIn(stuckIDs, outcomes, d.Key) != d.MySQL.Held {
+				t.Errorf("shop %d (%s) at rest: %s", shop, rep.Stage, rep.Drift())
+			}
+		}
 		for item := uint64(1); item <= 2; item++ {
 			k := reservation.ItemKey{ShopID: shop, ItemID: item, GroupID: 1}
 			eb, err := Audit(ctx, db, reservation.StrategySkipLocked, k)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if eb.Leaked() != 0 || eb.OnHand+eb.Claimed != cfg.Stock || eb.Held != 0 {
+			if eb.Leaked() != 0 || eb.Held != 0 || eb.OnHand+eb.Claimed > cfg.Stock {
 				t.Errorf("engine books of %+v: %+v", k, eb)
 			}
 			rb, err := store.Books(ctx, k)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if rb.Available+rb.Held+redisClaimed[k] != cfg.Stock || rb.Held != redisStuck[k] {
-				t.Errorf("redis books of %+v: %+v, claimed in redis %d, stuck shadow holds %d", k, rb, redisClaimed[k], redisStuck[k])
+			// A shop whose shadow missed a claim in a fault (a mismatch)
+			// may have its Redis ledger one sale behind its counter.
+			if rb.OnHand+rb.Claimed != cfg.Stock || (rb.Available+rb.Held != rb.OnHand && !faulted[shop]) || rb.Held != redisStuck[k] {
+				t.Errorf("redis books of %+v: %+v, stuck shadow holds %d", k, rb, redisStuck[k])
 			}
 		}
 	}
@@ -197,4 +208,20 @@ func TestMigrationDuringSale(t *testing.T) {
 		}
 	}
 	t.Logf("%d mismatches, %d faults, %d stuck shadow holds", len(mismatches), len(faults), len(stuckIDs))
+}
+
+// stuckIn sums the units of key in the reservations stuck in Redis.
+func stuckIn(stuck map[string]bool, outcomes []outcome, key reservation.ItemKey) int64 {
+	var n int64
+	for _, o := range outcomes {
+		if !stuck[fmt.Sprintf("%d/%s", o.shop, o.id)] || o.shop != key.ShopID {
+			continue
+		}
+		for _, l := range o.lines {
+			if l.ItemID == key.ItemID && l.GroupID == key.GroupID {
+				n += l.Quantity
+			}
+		}
+	}
+	return n
 }

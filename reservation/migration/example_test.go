@@ -39,7 +39,7 @@ func Example() {
 	_ = router.Claim(ctx, 4, "order-1")
 
 	// Later: shop 17 and the smallest half of all shops on MySQL.
-	_ = router.SetRollout(migration.Rollout{Shadow: migration.Plan{Percent: 100},
+	_ = router.SetRollout(ctx, migration.Rollout{Shadow: migration.Plan{Percent: 100},
 		MySQL: migration.Plan{Percent: 50, Shops: []uint64{17}}})
 	// Output:
 }

@@ -18,6 +18,8 @@ type metrics struct {
 	operations metric.Int64Counter
 	duration   metric.Float64Histogram
 	mismatches metric.Int64Counter
+	cutovers   metric.Int64Counter
+	cutoverDur metric.Float64Histogram
 }
 
 func newMetrics(mp metric.MeterProvider, r *Router) (*metrics, error) {
@@ -26,7 +28,7 @@ func newMetrics(mp metric.MeterProvider, r *Router) (*metrics, error) {
 	}
 	meter := mp.Meter(meterName)
 	m := &metrics{}
-	var errs [5]error
+	var errs [9]error
 	m.operations, errs[0] = meter.Int64Counter("holdtime.migration.operations", metric.WithUnit("{operation}"),
 		metric.WithDescription("Reservation calls per stage, backend and role (truth or shadow), by outcome."))
 	m.duration, errs[1] = meter.Float64Histogram("holdtime.migration.operation.duration", metric.WithUnit("s"),
@@ -56,7 +58,34 @@ func newMetrics(mp metric.MeterProvider, r *Router) (*metrics, error) {
 			}
 			return nil
 		}))
+	m.cutovers, errs[5] = meter.Int64Counter("holdtime.migration.cutovers", metric.WithUnit("{cutover}"),
+		metric.WithDescription("Shops moved from one stage to another, by outcome (ok, gated, refused, error)."))
+	m.cutoverDur, errs[6] = meter.Float64Histogram("holdtime.migration.cutover.duration", metric.WithUnit("s"),
+		metric.WithDescription("How long a shop's calls waited on its cutover (the fence), by from and to stage."),
+		metric.WithExplicitBucketBoundaries(durationBuckets...))
+	_, errs[7] = meter.Int64ObservableGauge("holdtime.migration.drifted_shops", metric.WithUnit("{shop}"),
+		metric.WithDescription("Shops whose last reconcile found the two systems' books apart."),
+		metric.WithInt64Callback(func(_ context.Context, o metric.Int64Observer) error {
+			r.mu.Lock()
+			n := len(r.drifted)
+			r.mu.Unlock()
+			o.Observe(int64(n))
+			return nil
+		}))
+	_, errs[8] = meter.Int64ObservableGauge("holdtime.migration.gated_shops", metric.WithUnit("{shop}"),
+		metric.WithDescription("Shops the promotion gate holds in shadow (quiet period or drift)."),
+		metric.WithInt64Callback(func(_ context.Context, o metric.Int64Observer) error {
+			o.Observe(int64(len(r.Gated())))
+			return nil
+		}))
 	return m, errors.Join(errs[:]...)
+}
+
+func (m *metrics) cutover(ctx context.Context, from, to Stage, outcome string, start time.Time) {
+	attrs := metric.WithAttributes(attribute.String("from", string(from)), attribute.String("to", string(to)),
+		attribute.String("outcome", outcome))
+	m.cutovers.Add(ctx, 1, attrs)
+	m.cutoverDur.Record(ctx, time.Since(start).Seconds(), attrs)
 }
 
 func (m *metrics) op(ctx context.Context, op string, stage Stage, b Backend, role string, start time.Time, err error) {

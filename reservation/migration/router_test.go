@@ -94,8 +94,9 @@ func cart(shop uint64, id string) reservation.ReserveParams {
 }
 
 func TestRolloutStagesAndKillSwitch(t *testing.T) {
-	e := setup(t, Config{ShopsByVolume: []uint64{10, 20, 30, 40}}, testenv.PersistenceNone, 0)
-	if err := e.r.SetRollout(Rollout{Shadow: Plan{Percent: 75}, MySQL: Plan{Percent: 25, Shops: []uint64{99}}}); err != nil {
+	ctx := context.Background()
+	e := setup(t, Config{ShopsByVolume: []uint64{10, 20, 30, 40}, QuietPeriod: -1}, testenv.PersistenceNone, 0)
+	if err := e.r.SetRollout(ctx, Rollout{Shadow: Plan{Percent: 75}, MySQL: Plan{Percent: 25, Shops: []uint64{99}}}); err != nil {
 		t.Fatal(err)
 	}
 	want := map[uint64]Stage{10: StageMySQL, 20: StageShadow, 30: StageShadow, 40: StageRedis, 99: StageMySQL, 7: StageRedis}
@@ -114,7 +115,9 @@ func TestRolloutStagesAndKillSwitch(t *testing.T) {
 	if !e.r.KillSwitch() || e.r.Stage(10) != StageShadow || e.r.Stage(99) != StageShadow {
 		t.Fatalf("kill switch on: stages %s %s, want shadow (Redis the truth again)", e.r.Stage(10), e.r.Stage(99))
 	}
-	e.r.SetKillSwitch(false)
+	if err := e.r.SetKillSwitch(ctx, false, false); err != nil {
+		t.Fatal(err)
+	}
 	if e.r.Stage(10) != StageMySQL {
 		t.Fatal("kill switch off: shop 10 not back on MySQL")
 	}
@@ -126,7 +129,7 @@ func TestRolloutStagesAndKillSwitch(t *testing.T) {
 	if resp.StatusCode != http.StatusBadRequest {
 		t.Fatalf("bad value: status %d", resp.StatusCode)
 	}
-	if err := e.r.SetRollout(Rollout{MySQL: Plan{Percent: 101}}); err == nil {
+	if err := e.r.SetRollout(ctx, Rollout{MySQL: Plan{Percent: 101}}); err == nil {
 		t.Fatal("percent 101 accepted")
 	}
 }
@@ -136,7 +139,7 @@ func TestRolloutStagesAndKillSwitch(t *testing.T) {
 func TestInFlightReservationsHonoured(t *testing.T) {
 	ctx := context.Background()
 	const shop = 5
-	e := setup(t, Config{}, testenv.PersistenceNone, 10, shop)
+	e := setup(t, Config{QuietPeriod: -1}, testenv.PersistenceNone, 10, shop)
 	book := func() (redisClaimed, mysqlClaimed int64) {
 		rb, err := e.store.Books(ctx, reservation.ItemKey{ShopID: shop, ItemID: 1, GroupID: 1})
 		if err != nil {
@@ -152,12 +155,18 @@ func TestInFlightReservationsHonoured(t *testing.T) {
 	if _, err := e.r.Reserve(ctx, cart(shop, "on-redis")); err != nil {
 		t.Fatal(err)
 	}
-	e.r.SetRollout(Rollout{MySQL: Plan{Shops: []uint64{shop}}})
+	if err := e.r.SetRollout(ctx, Rollout{MySQL: Plan{Shops: []uint64{shop}}}); err != nil {
+		t.Fatal(err)
+	}
 	if err := e.r.Claim(ctx, shop, "on-redis"); err != nil {
 		t.Fatal(err)
 	}
-	if r, m := book(); r != 1 || m != 0 {
-		t.Fatalf("claimed redis %d, mysql %d: want the Redis reservation claimed in Redis only", r, m)
+	if r, m := book(); r != 1 || m != 1 {
+		t.Fatalf("claimed redis %d, mysql %d: want the Redis reservation claimed in Redis, its truth, and in MySQL, "+
+			"where the cutover carried the hold over", r, m)
+	}
+	if got, in, _ := e.r.Truth(ctx, shop, "on-redis"); got != BackendRedis || !in {
+		t.Fatalf("carried-over reservation: truth %s, in MySQL %v", got, in)
 	}
 	// Made with MySQL the truth, claimed after the kill switch sent the shop back.
 	if _, err := e.r.Reserve(ctx, cart(shop, "on-mysql")); err != nil {
@@ -166,11 +175,13 @@ func TestInFlightReservationsHonoured(t *testing.T) {
 	if got, in, err := e.r.Truth(ctx, shop, "on-mysql"); err != nil || got != BackendMySQL || !in {
 		t.Fatalf("truth %s %v %v", got, in, err)
 	}
-	e.r.SetKillSwitch(true)
+	if err := e.r.SetKillSwitch(ctx, true, false); err != nil {
+		t.Fatal(err)
+	}
 	if err := e.r.Claim(ctx, shop, "on-mysql"); err != nil {
 		t.Fatal(err)
 	}
-	if r, m := book(); r != 2 || m != 1 {
+	if r, m := book(); r != 2 || m != 2 {
 		t.Fatalf("claimed redis %d, mysql %d: want MySQL (truth) and Redis (shadow) to claim it", r, m)
 	}
 	// Made in shadow (kill switch on), released after the switch went off.
@@ -180,7 +191,9 @@ func TestInFlightReservationsHonoured(t *testing.T) {
 	if got, in, _ := e.r.Truth(ctx, shop, "shadowed"); got != BackendRedis || !in {
 		t.Fatalf("shadowed reservation: truth %s, in MySQL %v", got, in)
 	}
-	e.r.SetKillSwitch(false)
+	if err := e.r.SetKillSwitch(ctx, false, false); err != nil {
+		t.Fatal(err)
+	}
 	if err := e.r.Release(ctx, shop, "shadowed"); err != nil {
 		t.Fatal(err)
 	}
@@ -194,8 +207,8 @@ func TestInFlightReservationsHonoured(t *testing.T) {
 	if n, err := e.r.PruneRoutes(ctx, time.Hour); err != nil || n != 0 {
 		t.Fatalf("pruned %d routes younger than an hour, %v", n, err)
 	}
-	if n, err := e.r.PruneRoutes(ctx, 0); err != nil || n != 2 {
-		t.Fatalf("pruned %d routes, %v: want the 2 of on-mysql and shadowed", n, err)
+	if n, err := e.r.PruneRoutes(ctx, 0); err != nil || n != 3 {
+		t.Fatalf("pruned %d routes, %v: want the 3 of on-redis, on-mysql and shadowed", n, err)
 	}
 	if got, in, _ := e.r.Truth(ctx, shop, "on-mysql"); got != BackendRedis || in {
 		t.Fatalf("after pruning: truth %s, in MySQL %v", got, in)
@@ -211,7 +224,9 @@ func TestShadowNeverSlowsTheCustomer(t *testing.T) {
 	reader := sdkmetric.NewManualReader()
 	e := setup(t, Config{ShadowTimeout: bound, Logger: slog.New(slog.NewTextHandler(&logged, nil)), SampleInterval: time.Hour,
 		MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))}, testenv.PersistenceNone, 10, shop)
-	e.r.SetRollout(Rollout{Shadow: Plan{Shops: []uint64{shop}}})
+	if err := e.r.SetRollout(ctx, Rollout{Shadow: Plan{Shops: []uint64{shop}}}); err != nil {
+		t.Fatal(err)
+	}
 	lockDB := e.db.Open(t)
 	conn, err := lockDB.Conn(ctx)
 	if err != nil {

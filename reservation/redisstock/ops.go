@@ -3,13 +3,17 @@ package redisstock
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/holdtime/holdtime/conntag"
@@ -41,17 +45,19 @@ func (s *Store) Reserve(ctx context.Context, p reservation.ReserveParams) (*rese
 }
 
 func (s *Store) reserve(ctx context.Context, p reservation.ReserveParams) (*reservation.Reservation, error) {
-	if p.ReservationID == "" || len(p.ReservationID) > 64 || strings.ContainsAny(p.ReservationID, "/ \r\n") {
-		return nil, errors.New("reservation id must be 1 to 64 bytes without spaces or '/'")
-	}
-	if len(p.Lines) == 0 || p.InTx != nil || p.TTL < 0 {
-		return nil, errors.New("a cart needs at least one line, no InTx and a TTL that is not negative")
+	if err := validReservation(p); err != nil {
+		return nil, err
 	}
 	ttl := p.TTL
 	if ttl == 0 {
 		ttl = s.cfg.TTL
 	}
-	deadline := s.cfg.Now().Add(ttl)
+	return s.reserveUntil(ctx, p, s.cfg.Now().Add(ttl), ttl)
+}
+
+// reserveUntil runs the reserve script with a hold that ends at deadline
+// (its hash kept ttl plus Config.Retention).
+func (s *Store) reserveUntil(ctx context.Context, p reservation.ReserveParams, deadline time.Time, ttl time.Duration) (*reservation.Reservation, error) {
 	keys := []string{s.resKey(p.ShopID, p.ReservationID), s.expiryKey()}
 	args := []any{member(p.ShopID, p.ReservationID), deadline.UnixMilli(), (ttl + s.cfg.Retention).Milliseconds(), len(p.Lines)}
 	for i, l := range p.Lines {
@@ -81,6 +87,79 @@ func (s *Store) reserve(ctx context.Context, p reservation.ReserveParams) (*rese
 	return h.reservation(p.ShopID, p.ReservationID), nil
 }
 
+// Mirror records a reservation another system made (package migration's
+// shadow): exactly lines, each from its own location group, held until
+// deadline. It takes the units from the counters like Reserve and returns
+// reservation.ErrInsufficientStock, changing nothing, when one counter is
+// short; a reservation that exists is returned as it is.
+func (s *Store) Mirror(ctx context.Context, shopID uint64, reservationID string, lines []reservation.ReservedLine, deadline time.Time) (*reservation.Reservation, error) {
+	start := time.Now()
+	p := reservation.ReserveParams{ShopID: shopID, ReservationID: reservationID}
+	for _, l := range lines {
+		p.Lines = append(p.Lines, reservation.Line{ItemID: l.ItemID, Quantity: l.Quantity, GroupIDs: []uint64{l.GroupID}})
+	}
+	var res *reservation.Reservation
+	err := validReservation(p)
+	if err == nil {
+		res, err = s.reserveUntil(ctx, p, deadline, max(time.Until(deadline), 0))
+	}
+	s.metrics.op(ctx, opReserve, start, err)
+	if err != nil {
+		return nil, fmt.Errorf("redisstock: mirror %s: %w", reservationID, err)
+	}
+	return res, nil
+}
+
+// HeldIDs returns the reservations of a shop that Redis holds and that can
+// expire (in its expiry queue; a hold between the halves of its claim is
+// not). It reads the whole queue: an operator's call, not checkout's.
+func (s *Store) HeldIDs(ctx context.Context, shopID uint64) ([]string, error) {
+	ctx = conntag.WithTag(ctx, s.cfg.Tags.Stock)
+	all, err := s.rdb.ZRange(ctx, s.expiryKey(), 0, -1).Result()
+	if err != nil {
+		return nil, fmt.Errorf("redisstock: held reservations of shop %d: %w", shopID, unavailable(err))
+	}
+	prefix := strconv.FormatUint(shopID, 10) + "/"
+	var ids []string
+	for _, m := range all {
+		if id, ok := strings.CutPrefix(m, prefix); ok {
+			ids = append(ids, id)
+		}
+	}
+	return ids, nil
+}
+
+// States returns the state of each reservation (held, claiming, claimed,
+// released, expired; "" when Redis does not know it), in one round trip.
+func (s *Store) States(ctx context.Context, shopID uint64, ids []string) ([]string, error) {
+	ctx = conntag.WithTag(ctx, s.cfg.Tags.Stock)
+	pipe := s.rdb.Pipeline()
+	cmds := make([]*redis.StringCmd, len(ids))
+	for i, id := range ids {
+		cmds[i] = pipe.HGet(ctx, s.resKey(shopID, id), "_state")
+	}
+	if len(ids) > 0 {
+		if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+			return nil, fmt.Errorf("redisstock: states: %w", unavailable(err))
+		}
+	}
+	out := make([]string, len(ids))
+	for i, c := range cmds {
+		out[i], _ = c.Result()
+	}
+	return out, nil
+}
+
+func validReservation(p reservation.ReserveParams) error {
+	if p.ReservationID == "" || len(p.ReservationID) > 64 || strings.ContainsAny(p.ReservationID, "/ \r\n") {
+		return errors.New("reservation id must be 1 to 64 bytes without spaces or '/'")
+	}
+	if len(p.Lines) == 0 || p.InTx != nil || p.TTL < 0 {
+		return errors.New("a cart needs at least one line, no InTx and a TTL that is not negative")
+	}
+	return nil
+}
+
 // Claim turns a hold into a sale after payment: it decrements the MySQL
 // ledger and ends the hold in Redis, in Config.ClaimOrder, with no
 // transaction spanning the two. Claiming a claimed reservation returns nil
@@ -88,8 +167,20 @@ func (s *Store) reserve(ctx context.Context, p reservation.ReserveParams) (*rese
 // returns reservation.ErrExpired, one released reservation.ErrReleased, an
 // unknown one (never made, or lost by Redis) reservation.ErrNotFound.
 func (s *Store) Claim(ctx context.Context, shopID uint64, reservationID string) error {
+	return s.claimOp(ctx, shopID, reservationID, true)
+}
+
+// ClaimHeld is Claim that never drives again a claim another call began
+// (state "claiming": running now, or died between its halves): it returns
+// nil and leaves it. Package migration claims Redis's shadow holds with it,
+// where a claim and a catch-up may follow the truth at the same time.
+func (s *Store) ClaimHeld(ctx context.Context, shopID uint64, reservationID string) error {
+	return s.claimOp(ctx, shopID, reservationID, false)
+}
+
+func (s *Store) claimOp(ctx context.Context, shopID uint64, reservationID string, redrive bool) error {
 	start := time.Now()
-	err := s.claim(conntag.WithTag(ctx, s.cfg.Tags.Claim), shopID, reservationID)
+	err := s.claim(conntag.WithTag(ctx, s.cfg.Tags.Claim), shopID, reservationID, redrive)
 	s.metrics.op(ctx, opClaim, start, err)
 	if err != nil {
 		return fmt.Errorf("redisstock: claim %s: %w", reservationID, err)
@@ -97,7 +188,7 @@ func (s *Store) Claim(ctx context.Context, shopID uint64, reservationID string) 
 	return nil
 }
 
-func (s *Store) claim(ctx context.Context, shop uint64, id string) error {
+func (s *Store) claim(ctx context.Context, shop uint64, id string, redrive bool) error {
 	// Who wins against expiry is decided first, in Redis: the hold leaves
 	// the expiry queue as "claiming".
 	v, err := beginClaimScript.Run(withCommand(ctx, "script:begin_claim"), s.rdb,
@@ -116,6 +207,10 @@ func (s *Store) claim(ctx context.Context, shop uint64, id string) error {
 	case "released":
 		return reservation.ErrReleased
 	case "claiming":
+		if !redrive {
+			return nil
+		}
+	case "began":
 	default:
 		return fmt.Errorf("unexpected reservation state %q", state)
 	}
@@ -143,23 +238,44 @@ func (s *Store) claim(ctx context.Context, shop uint64, id string) error {
 	return second()
 }
 
+// decrementLedger is the ledger half of a claim. A connection that died
+// while idle in the pool (a KILL, a server restart, a proxy's timeout)
+// fails the first statement sent on it: nothing was applied, and the half
+// runs again on a fresh connection. A failed COMMIT is not retried (it may
+// have applied).
 func (s *Store) decrementLedger(ctx context.Context, shop uint64, lines []reservation.ReservedLine) error {
+	for attempt := 1; ; attempt++ {
+		committing, err := s.decrementLedgerOnce(ctx, shop, lines)
+		if err == nil || committing || attempt == 3 || !deadConn(err) || ctx.Err() != nil {
+			if err != nil {
+				return fmt.Errorf("ledger half: %w", err)
+			}
+			return nil
+		}
+	}
+}
+
+func (s *Store) decrementLedgerOnce(ctx context.Context, shop uint64, lines []reservation.ReservedLine) (committing bool, err error) {
 	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
 	if err != nil {
-		return err
+		return false, err
 	}
 	defer tx.Rollback()
 	for _, l := range lines {
 		if _, err := tx.ExecContext(ctx, `UPDATE redisstock_ledger SET on_hand = on_hand - ?, claimed = claimed + ?
 			WHERE shop_id = ? AND inventory_item_id = ? AND inventory_group_id = ?`,
 			l.Quantity, l.Quantity, shop, l.ItemID, l.GroupID); err != nil {
-			return fmt.Errorf("ledger half: %w", err)
+			return false, err
 		}
 	}
-	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("ledger half: %w", err)
-	}
-	return nil
+	return true, tx.Commit()
+}
+
+// deadConn reports whether err is a connection found dead before the
+// transaction's COMMIT: the transaction did not apply.
+func deadConn(err error) bool {
+	return errors.Is(err, driver.ErrBadConn) || errors.Is(err, mysql.ErrInvalidConn) || errors.Is(err, io.EOF) ||
+		errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }
 
 func (s *Store) finishClaim(ctx context.Context, shop uint64, id string, lines []reservation.ReservedLine) error {

@@ -55,8 +55,9 @@ return redis.call('HGETALL', KEYS[1])
 // before its deadline becomes "claiming" and leaves the expiry queue.
 //
 // KEYS[1] the reservation hash, KEYS[2] the expiry queue; ARGV[1] the queue
-// member, ARGV[2] now (Unix ms). Returns the state after the call followed
-// by the hash (HGETALL), or "missing".
+// member, ARGV[2] now (Unix ms). Returns the state after the call ("began"
+// when this call made it "claiming", "claiming" when an earlier claim did)
+// followed by the hash (HGETALL), or "missing".
 var beginClaimScript = redis.NewScript(`
 local st = redis.call('HGET', KEYS[1], '_state')
 if not st then
@@ -66,9 +67,9 @@ if st == 'held' then
   if tonumber(redis.call('HGET', KEYS[1], '_deadline')) <= tonumber(ARGV[2]) then
     st = 'due'
   else
-    st = 'claiming'
-    redis.call('HSET', KEYS[1], '_state', st)
+    redis.call('HSET', KEYS[1], '_state', 'claiming')
     redis.call('ZREM', KEYS[2], ARGV[1])
+    st = 'began'
   end
 end
 local out = redis.call('HGETALL', KEYS[1])

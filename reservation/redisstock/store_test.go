@@ -268,3 +268,64 @@ func TestCommandMetricsPerTag(t *testing.T) {
 		}
 	}
 }
+
+// A connection KILLed while idle in the pool fails the ledger half's first
+// statement: the half runs again on a fresh connection instead of failing
+// the claim (issue 21, cause 5).
+func TestLedgerHalfSurvivesKilledIdleConnection(t *testing.T) {
+	ctx := context.Background()
+	r := testenv.NewRedis(t, testenv.RedisOptions{})
+	d := testenv.NewDatabase(t)
+	mc := d.Config()
+	mc.InterpolateParams = true // as flashsale.OpenDB: the UPDATE is the first packet sent on the dead connection
+	db, err := conntag.Open("mysql", mc.FormatDSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	db.SetMaxIdleConns(4)
+	rdb := redis.NewClient(&redis.Options{Addr: r.Addr, MaxRetries: -1})
+	t.Cleanup(func() { rdb.Close() })
+	s, err := New(Config{Redis: rdb, DB: db})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	k := reservation.ItemKey{ShopID: 7, ItemID: 1, GroupID: 1}
+	if err := s.Receive(ctx, k, 5); err != nil {
+		t.Fatal(err)
+	}
+	admin := d.Target.Admin()
+	for i := range 3 {
+		id := fmt.Sprint("k", i)
+		if _, err := s.Reserve(ctx, cart(id, 1)); err != nil {
+			t.Fatal(err)
+		}
+		// Every idle connection of the pool dies.
+		rows, err := admin.QueryContext(ctx, `SELECT ID FROM information_schema.PROCESSLIST WHERE DB = ?`, d.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []int64
+		for rows.Next() {
+			var n int64
+			rows.Scan(&n)
+			ids = append(ids, n)
+		}
+		rows.Close()
+		if len(ids) == 0 {
+			t.Fatal("no idle connection to kill")
+		}
+		for _, n := range ids {
+			admin.ExecContext(ctx, fmt.Sprintf("KILL %d", n))
+		}
+		if err := s.Claim(ctx, 7, id); err != nil {
+			t.Fatalf("claim %d after its idle connections were killed: %v", i, err)
+		}
+	}
+	if b := books(t, env{s: s}, k); b.Claimed != 3 || b.OnHand != 2 || b.Held != 0 {
+		t.Fatalf("books %+v: want 3 claimed once each", b)
+	}
+}

@@ -98,3 +98,23 @@ func TestKillswitchFlipsARunningMigration(t *testing.T) {
 		t.Fatalf("no app: exit %d, %q", code, errOut)
 	}
 }
+
+// flashsale --migrate with its defaults sells out (1,000 buyers for 100
+// units) while its one shop moves through every stage: no unit may be sold
+// twice across the two systems, none left unsold (issue 21: "sold 200 of
+// 100").
+func TestFlashsaleMigrateDefaultsBalance(t *testing.T) {
+	testenv.Require(t)
+	testenv.RequireRedis(t)
+	code, out, errOut := runCLI(t, "flashsale", "--migrate")
+	if code != 0 {
+		t.Fatalf("exit %d: %s\n%s", code, errOut, out)
+	}
+	m := regexp.MustCompile(`\nsold +([0-9]+) of ([0-9]+) units\noversold +([0-9]+)\nundersold +([0-9]+)\n`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("no books in the report:\n%s", out)
+	}
+	if m[1] != m[2] || m[3] != "0" || m[4] != "0" {
+		t.Fatalf("sold %s of %s, oversold %s, undersold %s: want every unit sold once:\n%s", m[1], m[2], m[3], m[4], out)
+	}
+}

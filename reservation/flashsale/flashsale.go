@@ -337,7 +337,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 
 	s := &sale{cfg: cfg, b: b, shops: shops, latencies: make([]time.Duration, cfg.Buyers), paid: map[reservation.ItemKey]int64{},
 		reservedAt: make([]time.Duration, cfg.Buyers), refused: make([]time.Duration, cfg.Buyers), refusedAt: make([]time.Duration, cfg.Buyers),
-		phaseOf: make([]int, cfg.Buyers), shopOf: make([]uint64, cfg.Buyers), paidOf: make([]bool, cfg.Buyers), phaseStart: make([]time.Time, len(cfg.Events)+1),
+		phaseOf: make([]int, cfg.Buyers), shopOf: make([]uint64, cfg.Buyers), paidOf: make([]bool, cfg.Buyers), abandonedOf: make([]bool, cfg.Buyers), phaseStart: make([]time.Time, len(cfg.Events)+1),
 		phaseCounters: make([]map[string]int64, len(cfg.Events)+1)}
 	var events sync.WaitGroup
 	defer events.Wait()
@@ -517,6 +517,7 @@ type sale struct {
 	phaseOf       []int       // by buyer
 	shopOf        []uint64    // by buyer
 	paidOf        []bool      // by buyer: its claim succeeded
+	abandonedOf   []bool      // by buyer: never paid on purpose
 	phaseStart    []time.Time // written by the buyer that starts the phase, read after the sale
 	phaseCounters []map[string]int64
 	mu            sync.Mutex
@@ -588,6 +589,7 @@ func (s *sale) buy(ctx context.Context, b int) {
 	}
 	if abandon {
 		s.abandoned.Add(1)
+		s.abandonedOf[b] = true
 		return
 	}
 	sleep(ctx, cfg.PaymentDelay)
@@ -694,7 +696,11 @@ func (s *sale) report(ctx context.Context, keys []reservation.ItemKey, elapsed t
 		r.SoldOutElapsed = lastRefusal - r.ReservingElapsed
 		r.SoldOutRate = float64(r.SoldOutAfter) / r.SoldOutElapsed.Seconds()
 	}
-	var ledgerOnly int64 // units the ledger counts sold that nobody paid for
+	type shopBooks struct{ stock, paid, ledgerOnly, wanted int64 }
+	perShop := map[uint64]*shopBooks{}
+	for _, shop := range s.shops {
+		perShop[shop] = &shopBooks{}
+	}
 	for _, k := range keys {
 		b, err := s.b.Audit(ctx, k)
 		if err != nil {
@@ -704,14 +710,29 @@ func (s *sale) report(ctx context.Context, keys []reservation.ItemKey, elapsed t
 		r.Sold += b.Claimed
 		r.Paid += paid
 		r.Oversold += max(0, paid-s.cfg.Stock) + max(0, paid-b.Claimed)
-		ledgerOnly += max(0, b.Claimed-paid)
+		r.Undersold += max(0, b.Claimed-paid) // units the ledger counts sold that nobody paid for
 		r.Leaked += b.Leaked()
+		sb := perShop[k.ShopID]
+		sb.stock += s.cfg.Stock
+		sb.paid += paid
+		sb.ledgerOnly += max(0, b.Claimed-paid)
 	}
 	r.Buyers = s.started.Load()
-	r.Undersold = ledgerOnly
-	// Whether demand exceeded a shop's stock is known for one shop only.
-	if len(s.shops) == 1 && r.Buyers-r.Abandoned >= r.Stock && r.Buyers == int64(s.cfg.Buyers) {
-		r.Undersold += max(0, r.Stock-r.Paid-ledgerOnly)
+	// A shop whose buyers (those who meant to pay) were as many as its
+	// units, all of whom came, sells every unit: any left is undersold.
+	// (One unit per buyer: known for one-line carts, and for one shop as
+	// before, where every cart takes at least one unit.)
+	for b := range min(int(r.Buyers), len(s.shopOf)) {
+		if !s.abandonedOf[b] {
+			perShop[s.shopOf[b]].wanted++
+		}
+	}
+	if r.Buyers == int64(s.cfg.Buyers) && (s.cfg.CartSize == 1 || len(s.shops) == 1) {
+		for _, sb := range perShop {
+			if sb.wanted >= sb.stock {
+				r.Undersold += max(0, sb.stock-sb.paid-sb.ledgerOnly)
+			}
+		}
 	}
 	return r, nil
 }

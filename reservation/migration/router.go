@@ -481,7 +481,8 @@ func (r *Router) Migrate(ctx context.Context) error {
 // load reads the saved shops and settings.
 func (r *Router) load(ctx context.Context) error {
 	ctx = r.stockCtx(ctx)
-	rows, err := r.cfg.DB.QueryContext(ctx, `SELECT shop_id, stage, killed, COALESCE(shadow_since, '1970-01-01 00:00:01') FROM migration_shops`)
+	// UNIX_TIMESTAMP: no need for parseTime in the caller's DSN.
+	rows, err := r.cfg.DB.QueryContext(ctx, `SELECT shop_id, stage, killed, COALESCE(UNIX_TIMESTAMP(shadow_since), 0) FROM migration_shops`)
 	if err != nil {
 		return fmt.Errorf("migration: load shops: %w", err)
 	}
@@ -490,7 +491,7 @@ func (r *Router) load(ctx context.Context) error {
 		var id uint64
 		var stage string
 		var killed bool
-		var since time.Time
+		var since float64
 		if err := rows.Scan(&id, &stage, &killed, &since); err != nil {
 			return fmt.Errorf("migration: load shops: %w", err)
 		}
@@ -498,7 +499,7 @@ func (r *Router) load(ctx context.Context) error {
 		s.stage.Store(Stage(stage))
 		s.everLeft.Store(true)
 		s.killed.Store(killed)
-		s.shadowSince.Store(since.UnixNano())
+		s.shadowSince.Store(int64(since * 1e9))
 	}
 	if err := rows.Err(); err != nil {
 		return fmt.Errorf("migration: load shops: %w", err)
@@ -557,10 +558,10 @@ func (r *Router) saveShop(ctx context.Context, s *shop) error {
 	s.everLeft.Store(true) // a saved shop's claims look up their route
 	var since any
 	if ns := s.shadowSince.Load(); ns > 0 {
-		since = time.Unix(0, ns).UTC()
+		since = float64(ns) / 1e9
 	}
 	if _, err := r.cfg.DB.ExecContext(r.stockCtx(ctx), `INSERT INTO migration_shops (shop_id, stage, killed, shadow_since)
-		VALUES (?, ?, ?, ?) ON DUPLICATE KEY UPDATE stage = VALUES(stage), killed = VALUES(killed), shadow_since = VALUES(shadow_since)`,
+		VALUES (?, ?, ?, FROM_UNIXTIME(?)) ON DUPLICATE KEY UPDATE stage = VALUES(stage), killed = VALUES(killed), shadow_since = VALUES(shadow_since)`,
 		s.id, string(s.Stage()), s.killed.Load(), since); err != nil {
 		return fmt.Errorf("migration: save shop %d: %w", s.id, err)
 	}

@@ -253,7 +253,7 @@ func (r *Router) unmirrored(ctx context.Context, shopID uint64, truth Backend) (
 	for _, id := range ids {
 		inRedis[id] = true
 	}
-	rows, err := r.cfg.DB.QueryContext(ctx, `SELECT q.reservation_id, q.inventory_item_id, q.inventory_group_id, q.quantity, r.expires_at
+	rows, err := r.cfg.DB.QueryContext(ctx, `SELECT q.reservation_id, q.inventory_item_id, q.inventory_group_id, q.quantity, UNIX_TIMESTAMP(r.expires_at)
 		FROM inventory_reserved_quantities q
 		JOIN inventory_reservations r ON r.shop_id = q.shop_id AND r.reservation_id = q.reservation_id
 		JOIN migration_routes m ON m.shop_id = q.shop_id AND m.reservation_id = q.reservation_id
@@ -266,10 +266,11 @@ func (r *Router) unmirrored(ctx context.Context, shopID uint64, truth Backend) (
 	for rows.Next() {
 		var id string
 		var l reservation.ReservedLine
-		var deadline time.Time
-		if err := rows.Scan(&id, &l.ItemID, &l.GroupID, &l.Quantity, &deadline); err != nil {
+		var at float64
+		if err := rows.Scan(&id, &l.ItemID, &l.GroupID, &l.Quantity, &at); err != nil {
 			return nil, err
 		}
+		deadline := time.UnixMicro(int64(at * 1e6))
 		if inRedis[id] {
 			continue
 		}

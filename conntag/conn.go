@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql/driver"
 	"errors"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -36,6 +37,8 @@ type conn struct {
 	prof        *profileSlot // WithHoldProfile: this hold's sample, if sampled
 	profSkip    int64        // WithHoldProfile: borrows before the next sample
 	profDrawn   bool         // profSkip has been drawn
+	profMu      sync.Mutex   // prof's contents, read for open holds
+	dialNanos   int64        // time to open the connection, for its first hold's sample
 
 	// texts remembers the last statements' tagged text, so a connection
 	// that runs the same statement text again (the common case: statements

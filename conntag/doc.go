@@ -195,12 +195,18 @@
 //
 // (-http=: instead of -top shows it as a flame graph; -diff_base compares two
 // profiles.) The leaf frame is the borrower's line: the BeginTx, Conn or
-// QueryContext call whose connection was kept; the slow call made while
-// holding it is in the same function, after that line. Off by default, and
-// then it costs nothing: no stack is taken and nothing is added to a
-// statement. At the default rate it added 40–100 ns per hold on average, a
-// sampled borrow 2–4 µs (BenchmarkStatementInterleaved). Holds still open are not in
-// the profile until they end.
+// QueryContext call whose connection was kept, or the sqlx, gorm, ent or
+// sqlc call that made it (those libraries' frames are trimmed from the leaf;
+// WithLibraryFrames). The label released_at is the line that gave the
+// connection back, so the code between the two lines is what held it; the
+// slow call made while holding is there. Holds still open and older than a
+// threshold (1 s, WithOpenHoldsAfter) are in it as held_open, so a stuck
+// transaction shows while it is stuck; time spent opening a new connection
+// for the borrower is its own sample type, dial, outside held. The HoldProfile
+// documentation says what each total means. Off by default, and then it
+// costs nothing: no stack is taken and nothing is added to a statement. At
+// the default rate it added 40–100 ns per hold on average, a sampled borrow
+// 2–4 µs (BenchmarkStatementInterleaved).
 //
 // # Cardinality
 //

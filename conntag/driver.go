@@ -71,6 +71,9 @@ func openDB(inner driver.Connector, cfg config) (*sql.DB, error) {
 	}
 	c := &connector{inner: inner, in: in}
 	c.drv = newDriver(inner.Driver(), c)
+	if hp := cfg.holdProfile; hp != nil {
+		hp.addPool(in) // removed in connector.Close
+	}
 	db := sql.OpenDB(c)
 	if err := in.registerCallbacks(db); err != nil {
 		db.Close()
@@ -122,6 +125,7 @@ func (c *connector) connect(ctx context.Context, dial func(context.Context) (dri
 		c.in.inst.createTime.Record(ctx, time.Since(start).Seconds(), ts.metrics.holdOpts...)
 	}
 	cn, dc := c.in.newConn(ci)
+	cn.dialNanos = int64(time.Since(start))
 	if c.in.cfg.sessionID && c.in.tracer != nil {
 		if cn.sessionID, err = sessionID(ctx, ci); err != nil {
 			ci.Close()
@@ -138,6 +142,9 @@ func (c *connector) connect(ctx context.Context, dial func(context.Context) (dri
 func (c *connector) Driver() driver.Driver { return c.drv }
 
 func (c *connector) Close() error {
+	if hp := c.in.cfg.holdProfile; hp != nil {
+		hp.removePool(c.in)
+	}
 	err := c.in.close()
 	if cl, ok := c.inner.(io.Closer); ok {
 		err = errors.Join(err, cl.Close())

@@ -33,7 +33,7 @@ func TestServeHoldProfile(t *testing.T) {
 	if err != nil {
 		t.Fatalf("GET %s: %v (status %d)", holdProfilePath, err, resp.StatusCode)
 	}
-	if len(prof.SampleType) != 3 || prof.SampleType[0].Type != "held" {
+	if len(prof.SampleType) != 5 || prof.SampleType[0].Type != "held" { // held, idle_held, holds, dial, held_open
 		t.Errorf("sample types %v", prof.SampleType)
 	}
 	var lesson bytes.Buffer

@@ -246,6 +246,9 @@ func (c *collectCmd) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if err := refuseWrongEndpoints(ctx, configEndpoints(cfg), false, logger); err != nil {
+		return err
+	}
 	col, err := collector.New(cfg)
 	if err != nil {
 		return err

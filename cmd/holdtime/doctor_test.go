@@ -156,3 +156,37 @@ func TestReadmeStatesTheSetupList(t *testing.T) {
 		t.Errorf("doctor --list: exit %d, output differs from the list", code)
 	}
 }
+
+func TestCollectAndTopNameAWrongEndpointAtStartWithinASecond(t *testing.T) {
+	testenv.RequireProxySQL(t)
+	target := testenv.Shared(t)
+	ctx := context.Background()
+	p, err := testenv.StartProxySQL(ctx, testenv.ProxySQLOptions{Backend: target})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	mysqlDSN := target.Config("").FormatDSN()
+	adminDSN := dsnOf(p.AdminUser, p.AdminPass, p.AdminAddr)
+	for _, tc := range []struct {
+		name string
+		args []string
+		says string
+	}{
+		{"top, a MySQL server as --proxysql", []string{"top", "--once", "--proxysql", "x=" + mysqlDSN}, "give it as --mysql"},
+		{"top, ProxySQL's admin as --mysql", []string{"top", "--once", "--mysql", "x=" + adminDSN}, "give it as --proxysql"},
+		{"collect, ProxySQL's client port as --proxysql", []string{"collect", "--listen", "127.0.0.1:0", "--proxysql", "x=" + dsnOf(p.AppUser, p.AppPass, p.AppAddr)}, "client interface"},
+		{"collect, ProxySQL's admin as --mysql", []string{"collect", "--listen", "127.0.0.1:0", "--mysql", "x=" + adminDSN}, "give it as --proxysql"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			start := time.Now()
+			code, out, errOut := runCLI(t, tc.args...)
+			if took := time.Since(start); took > time.Second {
+				t.Errorf("took %v, want under a second", took)
+			}
+			if code != 1 || !strings.Contains(errOut, tc.says) || !strings.Contains(errOut, tc.args[len(tc.args)-2]+" x (") {
+				t.Errorf("exit %d, stderr %q, want 1 naming the target and saying %q (stdout %q)", code, errOut, tc.says, out)
+			}
+		})
+	}
+}

@@ -76,6 +76,11 @@ func startLocalTop(ctx context.Context, proxysqlDSNs, mysqlDSNs []string, timeou
 		cfg.MySQL = append(cfg.MySQL, collector.MySQLConfig{Name: name, DSN: dsn, Interval: 250 * time.Millisecond, LocksInterval: -1})
 		targets["mysql/"+name] = localTarget{kind: "mysql", addr: mc.Addr, net: mc.Net}
 	}
+	// top is interactive: a target given to the wrong flag ends it at once,
+	// named, rather than after --timeout.
+	if err := refuseWrongEndpoints(ctx, configEndpoints(cfg), true, nil); err != nil {
+		return nil, err
+	}
 	c, err := collector.New(cfg)
 	if err != nil {
 		return nil, err

@@ -46,6 +46,10 @@ type Endpoint struct {
 	// LoginRefused is set when the server answered but refused the
 	// account; Kind then comes from the greeting and the error alone.
 	LoginRefused bool
+	// Silent is set for KindNotMySQL when the port accepted the connection
+	// and sent nothing within GreetingTimeout: not MySQL, or a MySQL server
+	// too loaded to greet in time. A daemon warns rather than refuses.
+	Silent bool
 	// Detail says in a few words what was seen, for messages: never a
 	// credential.
 	Detail string
@@ -113,7 +117,7 @@ func Identify(ctx context.Context, cfg *mysql.Config) (Endpoint, error) {
 	if err != nil {
 		var nm *notMySQLError
 		if errors.As(err, &nm) {
-			return Endpoint{Kind: KindNotMySQL, Detail: nm.what}, nil
+			return Endpoint{Kind: KindNotMySQL, Silent: nm.silent, Detail: nm.what}, nil
 		}
 		return Endpoint{Kind: KindUnreachable, Detail: err.Error()}, err
 	}
@@ -201,7 +205,10 @@ type greeting struct {
 	errCode uint16
 }
 
-type notMySQLError struct{ what string }
+type notMySQLError struct {
+	what   string
+	silent bool
+}
 
 func (e *notMySQLError) Error() string { return e.what }
 
@@ -233,17 +240,17 @@ func readGreeting(ctx context.Context, network, addr string) (greeting, error) {
 		if n == 0 {
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() {
-				return greeting{}, &notMySQLError{fmt.Sprintf("it accepted the connection but sent no MySQL greeting within %v: a MySQL-protocol server speaks first; an HTTP or Redis port waits for the client", GreetingTimeout)}
+				return greeting{}, &notMySQLError{silent: true, what: fmt.Sprintf("it accepted the connection but sent no MySQL greeting within %v: a MySQL-protocol server speaks first; an HTTP or Redis port waits for the client", GreetingTimeout)}
 			}
-			return greeting{}, &notMySQLError{"it closed the connection without a MySQL greeting"}
+			return greeting{}, &notMySQLError{what: "it closed the connection without a MySQL greeting"}
 		}
-		return greeting{}, &notMySQLError{"it sent " + printable(buf[:n]) + " and no MySQL greeting"}
+		return greeting{}, &notMySQLError{what: "it sent " + printable(buf[:n]) + " and no MySQL greeting"}
 	}
 	buf = buf[:n]
 	payload := buf[4:]
 	switch {
 	case buf[3] != 0:
-		return greeting{}, &notMySQLError{"it sent " + printable(buf) + ", not a MySQL greeting"}
+		return greeting{}, &notMySQLError{what: "it sent " + printable(buf) + ", not a MySQL greeting"}
 	case payload[0] == 0xff && len(payload) >= 3:
 		return greeting{errCode: uint16(payload[1]) | uint16(payload[2])<<8}, nil
 	case payload[0] == 10:
@@ -254,7 +261,7 @@ func readGreeting(ctx context.Context, network, addr string) (greeting, error) {
 		}
 		return greeting{version: string(clean(v, 64))}, nil
 	}
-	return greeting{}, &notMySQLError{"it sent " + printable(buf) + ", not a MySQL greeting"}
+	return greeting{}, &notMySQLError{what: "it sent " + printable(buf) + ", not a MySQL greeting"}
 }
 
 // printable quotes the first bytes of what a server sent, safe to show.

@@ -244,6 +244,12 @@ func (t *topCmd) run(ctx context.Context) error {
 	live := term && !t.once && !t.jsonOut
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	if live {
+		if f, ok := t.in.(*os.File); ok && isTerminal(f) {
+			// A terminal both ways: the interactive console (keys, drill-down).
+			return t.runInteractive(ctx, src, down, f, color)
+		}
+	}
 	keys := false
 	if live {
 		// Whatever ends top, the terminal is left as it was found: signals
@@ -546,7 +552,10 @@ func (v *topView) table(rows []collector.TopRow) *table {
 			}
 		}
 		rate := "warming"
-		if !v.warming(r.Layer) {
+		switch {
+		case r.Source == collector.SourceProxySQLProcesslist:
+			rate = "-" // sampling sees sessions, not every statement they ran
+		case !v.warming(r.Layer):
 			rate = fmt.Sprintf("%.1f", r.StatementsPerSecond)
 			if r.StatementsLowerBound {
 				rate = "≥" + rate

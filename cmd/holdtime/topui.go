@@ -1,0 +1,484 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"io"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	tea "github.com/charmbracelet/bubbletea"
+
+	"github.com/holdtime/holdtime/collector"
+)
+
+// The interactive console is a Bubble Tea program: its state changes only in
+// Update, from a key, a resize, a tick or an answer, so every screen is a
+// function of that state (tested without a terminal, and in tmux with one).
+// Bubble Tea (charmbracelet) is chosen over tview/tcell because top is one
+// table with overlays, not a widget tree, and over raw escape codes because
+// it owns the terminal's modes, resizes and restoration on every way out.
+
+// topKeys is the key table: the help screen and the README show it.
+var topKeys = []struct{ keys, what string }{
+	{"↑ ↓ k j, PgUp PgDn, Home End", "move the selection (the table scrolls)"},
+	{"Enter", "drill into the selected tag: its figures per layer and per source"},
+	{"Esc", "back (from the drill-down, the help, the filter); at the table, quit"},
+	{"O H I A S E N T", "sort by occupancy, hold, idle share, active, statements, errors, sessions, tag"},
+	{"< >", "sort by the previous / next column"},
+	{"a p s m", "rank by the app, proxy or server layer, or by each tag's largest (max)"},
+	{"w", "rank by wait: the tags whose statements waited for a ProxySQL backend"},
+	{"/", "filter tags (a regular expression; Enter applies, Esc clears)"},
+	{"space", "pause / resume refreshing (the figures stay as they were)"},
+	{"?", "this help"},
+	{"q, Ctrl-C", "quit"},
+}
+
+var topSortByKey = map[string]string{
+	"O": "occupancy", "H": "hold", "I": "idle_share", "A": "active", "S": "statements",
+	"E": "errors", "N": "sessions", "T": "tag",
+}
+
+// answerMsg is a refresh's answer.
+type answerMsg struct {
+	resp collector.TopResponse
+	err  error
+	at   time.Time
+}
+
+// tickMsg asks for the next refresh.
+type tickMsg struct{}
+
+// topModel is the console's state.
+type topModel struct {
+	t    *topCmd
+	ctx  context.Context
+	src  topSource
+	down string // what a failed answer is: "collector", "sources"
+
+	color bool
+	now   func() time.Time
+
+	resp       collector.TopResponse
+	have       bool      // resp is a good answer
+	lastAnswer time.Time // of resp
+	err        error     // the latest refresh failed: resp is the last good one
+	inFlight   bool
+
+	width, height int
+	selected      int    // index into the arranged rows
+	offset        int    // first row shown
+	selectedTag   string // kept across refreshes: the selection follows the tag
+
+	paused    bool
+	help      bool
+	filtering bool
+	filterBuf string
+	filterErr string
+	drill     string // the tag drilled into; "" at the table
+}
+
+func newTopModel(ctx context.Context, t *topCmd, src topSource, down string, color bool) *topModel {
+	return &topModel{t: t, ctx: ctx, src: src, down: down, color: color, now: time.Now, width: 80, height: 24}
+}
+
+func (m *topModel) Init() tea.Cmd { return m.fetch() }
+
+// fetch asks the source for the ranking in the background.
+func (m *topModel) fetch() tea.Cmd {
+	if m.inFlight {
+		return nil
+	}
+	m.inFlight = true
+	q := m.t.query()
+	return func() tea.Msg {
+		resp, err := m.src.top(m.ctx, q)
+		return answerMsg{resp: resp, err: err, at: time.Now()}
+	}
+}
+
+func (m *topModel) scheduleTick() tea.Cmd {
+	return tea.Tick(m.t.interval, func(time.Time) tea.Msg { return tickMsg{} })
+}
+
+func (m *topModel) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
+	switch msg := msg.(type) {
+	case tea.WindowSizeMsg:
+		m.width, m.height = msg.Width, msg.Height
+		m.clampSelection()
+		return m, nil
+	case answerMsg:
+		m.inFlight = false
+		if m.ctx.Err() != nil {
+			return m, tea.Quit
+		}
+		if msg.err != nil {
+			m.err = msg.err
+		} else if !m.paused {
+			m.err, m.resp, m.have, m.lastAnswer = nil, msg.resp, true, msg.at
+			m.followSelection()
+		}
+		return m, m.scheduleTick()
+	case tickMsg:
+		if m.paused {
+			return m, m.scheduleTick()
+		}
+		return m, m.fetch()
+	case tea.KeyMsg:
+		return m.key(msg)
+	}
+	return m, nil
+}
+
+func (m *topModel) key(k tea.KeyMsg) (tea.Model, tea.Cmd) {
+	s := k.String()
+	if s == "ctrl+c" {
+		return m, tea.Quit
+	}
+	if m.filtering {
+		switch k.Type {
+		case tea.KeyEnter:
+			m.filtering = false
+			m.applyFilter(m.filterBuf)
+		case tea.KeyEsc:
+			m.filtering, m.filterBuf, m.filterErr = false, "", ""
+			m.applyFilter("")
+		case tea.KeyBackspace:
+			if r := []rune(m.filterBuf); len(r) > 0 {
+				m.filterBuf = string(r[:len(r)-1])
+			}
+		case tea.KeyRunes, tea.KeySpace:
+			m.filterBuf += string(k.Runes)
+			if k.Type == tea.KeySpace {
+				m.filterBuf += " "
+			}
+		}
+		return m, nil
+	}
+	if m.help {
+		// Any key closes the help; q still quits.
+		m.help = false
+		if s == "q" {
+			return m, tea.Quit
+		}
+		return m, nil
+	}
+	switch s {
+	case "q":
+		return m, tea.Quit
+	case "esc":
+		if m.drill != "" {
+			m.drill = ""
+			return m, nil
+		}
+		return m, tea.Quit
+	case "?":
+		m.help = true
+	case " ":
+		m.paused = !m.paused
+		if !m.paused {
+			return m, m.fetch()
+		}
+	case "/":
+		m.filtering, m.filterBuf = true, m.t.filter
+	case "up", "k":
+		m.move(-1)
+	case "down", "j":
+		m.move(1)
+	case "pgup":
+		m.move(-m.pageRows())
+	case "pgdown":
+		m.move(m.pageRows())
+	case "home":
+		m.move(-1 << 30)
+	case "end":
+		m.move(1 << 30)
+	case "enter":
+		if rows := m.rows(); m.drill == "" && m.selected < len(rows) {
+			m.drill = rows[m.selected].Tag
+		}
+	case "a", "p", "s", "m":
+		m.t.layer = map[string]string{"a": "app", "p": "proxy", "s": "server", "m": collector.LayerMax}[s]
+		return m, m.refetch()
+	case "w":
+		m.t.layer, m.t.sortKey = string(collector.LayerProxy), "wait"
+		return m, m.refetch()
+	case "<", ">":
+		i := slices.Index(collector.TopSortKeys, m.t.sortKey)
+		if s == "<" {
+			i = (i - 1 + len(collector.TopSortKeys)) % len(collector.TopSortKeys)
+		} else {
+			i = (i + 1) % len(collector.TopSortKeys)
+		}
+		m.t.sortKey = collector.TopSortKeys[i]
+		m.followSelection()
+	default:
+		if key, ok := topSortByKey[s]; ok {
+			m.t.sortKey = key
+			m.followSelection()
+		}
+	}
+	return m, nil
+}
+
+// refetch asks again at once: the layer changes what the collector ranks.
+func (m *topModel) refetch() tea.Cmd {
+	if m.paused {
+		return nil
+	}
+	return m.fetch()
+}
+
+func (m *topModel) applyFilter(expr string) {
+	m.filterErr = ""
+	if expr == "" {
+		m.t.filter, m.t.filterRe = "", nil
+		m.followSelection()
+		return
+	}
+	re, err := regexp.Compile(expr)
+	if err != nil {
+		m.filterErr = "not a regular expression: " + err.Error()
+		return
+	}
+	m.t.filter, m.t.filterRe = expr, re
+	m.followSelection()
+}
+
+func (m *topModel) rows() []collector.TopRow {
+	if !m.have {
+		return nil
+	}
+	return m.t.arrange(slices.Clone(m.resp.Rows))
+}
+
+// The screen: title, sources, table header, rows, then the status lines.
+const topChromeLines = 6
+
+func (m *topModel) pageRows() int { return max(1, m.height-topChromeLines) }
+
+func (m *topModel) move(d int) {
+	n := len(m.rows())
+	m.selected = min(max(m.selected+d, 0), max(n-1, 0))
+	if rows := m.rows(); m.selected < len(rows) {
+		m.selectedTag = rows[m.selected].Tag
+	}
+	m.clampSelection()
+}
+
+// followSelection keeps the selected tag selected when the order changes.
+func (m *topModel) followSelection() {
+	rows := m.rows()
+	if i := slices.IndexFunc(rows, func(r collector.TopRow) bool { return r.Tag == m.selectedTag }); i >= 0 {
+		m.selected = i
+	}
+	m.clampSelection()
+}
+
+func (m *topModel) clampSelection() {
+	n := len(m.rows())
+	m.selected = min(max(m.selected, 0), max(n-1, 0))
+	page := m.pageRows()
+	if m.selected < m.offset {
+		m.offset = m.selected
+	}
+	if m.selected >= m.offset+page {
+		m.offset = m.selected - page + 1
+	}
+	m.offset = min(m.offset, max(n-page, 0))
+	m.offset = max(m.offset, 0)
+}
+
+func (m *topModel) View() string {
+	var b strings.Builder
+	switch {
+	case m.help:
+		m.viewHelp(&b)
+	case m.drill != "":
+		m.viewDrill(&b)
+	default:
+		m.viewTable(&b)
+	}
+	// Never more lines than the terminal has: the title stays on screen.
+	lines := strings.Split(strings.TrimSuffix(b.String(), "\n"), "\n")
+	if m.height > 0 && len(lines) > m.height {
+		lines = lines[:m.height]
+	}
+	return strings.Join(lines, "\n")
+}
+
+func (m *topModel) title() string {
+	state := ""
+	switch {
+	case m.paused:
+		state = "  PAUSED"
+	case m.err != nil:
+		state = "  " + strings.ToUpper(m.down) + " DOWN"
+	}
+	covered := "-"
+	if m.have {
+		covered = newTopView(m.resp).covered()
+	}
+	filter := ""
+	if m.t.filter != "" {
+		filter = "  filter /" + m.t.filter + "/"
+	}
+	return fmt.Sprintf("holdtime top  window %s, covered %s  ranked by %s layer, sort %s%s  %s%s  (? help, q quits)",
+		m.t.window, covered, cmp.Or(m.resp.Layer, m.t.layer), m.t.sortKey, filter, m.now().Format("15:04:05"), state)
+}
+
+func (m *topModel) viewTable(b *strings.Builder) {
+	w := m.width
+	printLine(b, w, m.color, plain(m.title()))
+	if !m.have {
+		if m.err != nil {
+			printLine(b, w, m.color, plain(m.down+" "), cell{"DOWN", "31"}, plain(": "+m.err.Error()))
+		} else {
+			printLine(b, w, m.color, plain("waiting for the first answer…"))
+		}
+		return
+	}
+	printLine(b, w, m.color, sourcesLine(m.resp.Sources)...)
+	view := newTopView(m.resp)
+	rows := m.rows()
+	stale := m.err != nil
+	var tb strings.Builder
+	// The last good table stays when the source goes away, greyed: drawn
+	// without colour, then dimmed whole.
+	view.table(rows).write(&tb, max(w-2, 0), m.color && !stale)
+	lines := strings.Split(strings.TrimSuffix(tb.String(), "\n"), "\n")
+	dim := func(s string) string {
+		if stale && m.color {
+			return "\x1b[2m" + s + "\x1b[0m"
+		}
+		return s
+	}
+	b.WriteString(dim("  "+lines[0]) + "\n")
+	page := m.pageRows()
+	end := min(m.offset+page, len(rows))
+	for i := m.offset; i < end; i++ {
+		mark := "  "
+		if i == m.selected {
+			mark = "> "
+		}
+		b.WriteString(dim(mark+lines[1+i]) + "\n")
+	}
+	if len(rows) == 0 {
+		printLine(b, w, m.color, plain("  (no tag has held a connection in the window"+map[bool]string{true: " that matches the filter", false: ""}[m.t.filter != ""]+")"))
+	}
+	// Status: where the rows are, then why the figures are what they are.
+	status := fmt.Sprintf("rows %d-%d of %d", min(m.offset+1, len(rows)), end, len(rows))
+	if m.err != nil {
+		status += fmt.Sprintf("  %s DOWN since the answer of %s: %v; retrying every %v", m.down, m.lastAnswer.Format("15:04:05"), m.err, m.t.interval)
+	}
+	printLine(b, w, m.color, plain(status))
+	if m.filtering {
+		printLine(b, w, m.color, plain("filter: /"+m.filterBuf+"▏ (Enter applies, Esc clears)"))
+	} else if m.filterErr != "" {
+		printLine(b, w, m.color, cell{m.filterErr, "31"})
+	} else {
+		printLine(b, w, m.color, plain(topLegend))
+	}
+}
+
+// topLegend explains the marks a figure can carry.
+const topLegend = "- cannot be measured by that layer's source   ~ stale: a source of that layer is down   " +
+	"warming: the layer covers under 2s   untagged: statements without conn_tag (BEGIN, COMMIT and driver " +
+	"statements carry none unless a source ties them to their transaction)"
+
+func (m *topModel) viewHelp(b *strings.Builder) {
+	w := m.width
+	printLine(b, w, m.color, plain("holdtime top: keys (any key returns)"))
+	tb := &table{left: map[int]bool{0: true, 1: true}}
+	for _, k := range topKeys {
+		tb.add(plain(k.keys), plain(k.what))
+	}
+	tb.write(b, w, m.color)
+	printLine(b, w, m.color, plain(""))
+	printLine(b, w, m.color, plain(topLegend))
+}
+
+// viewDrill shows one tag: every layer's figures with its headline source
+// and targets, then every source's, cross-checks included.
+func (m *topModel) viewDrill(b *strings.Builder) {
+	w := m.width
+	printLine(b, w, m.color, plain(m.title()))
+	var row *collector.TopRow
+	for _, r := range m.resp.Rows {
+		if r.Tag == m.drill {
+			row = &r
+			break
+		}
+	}
+	printLine(b, w, m.color, cell{"tag " + m.drill, "1"}, plain("   (Esc returns)"))
+	if row == nil {
+		printLine(b, w, m.color, plain("the tag held no connection in the window"))
+		return
+	}
+	view := newTopView(m.resp)
+	tb := &table{left: map[int]bool{0: true, 1: true}}
+	tb.add(plain("LAYER"), plain("SOURCE"), plain("OCCUPANCY"), plain("HOLD s"), plain("IDLE"), plain("ACTIVE s"),
+		plain("STMT"), plain("ERR"), plain("WAIT s"), plain("SESSIONS"), plain("PINS"), plain("TARGETS"))
+	for _, l := range collector.Layers {
+		lf := row.Layers[l]
+		if lf == nil {
+			continue
+		}
+		occ := fmt.Sprintf("%.2f", lf.Occupancy)
+		if view.warming(l) {
+			occ = "warming"
+		}
+		if lf.Stale {
+			occ += "~"
+		}
+		tb.add(plain(string(l)), plain(string(lf.Source)), plain(occ), plain(fmt.Sprintf("%.2f", lf.HoldSeconds)),
+			plain(fmt.Sprintf("%.0f%%", 100*lf.IdleShare)), plain(fmt.Sprintf("%.2f", lf.ActiveSeconds)),
+			plain(statementsCell(lf.Source, lf.Statements)), plain(fmt.Sprintf("%.0f", lf.Errors)),
+			plain(fmt.Sprintf("%.2f", lf.WaitSeconds)), plain(fmt.Sprint(lf.Sessions)), plain(fmt.Sprint(lf.PinnedSessions)),
+			plain(strings.Join(lf.Targets, ",")))
+	}
+	tb.write(b, w, m.color)
+	printLine(b, w, m.color, plain(""))
+	printLine(b, w, m.color, plain("every source (one layer's sources measure the same hold: never add them up):"))
+	st := &table{left: map[int]bool{0: true}}
+	st.add(plain("SOURCE"), plain("HOLD s"), plain("IDLE s"), plain("STMT"), plain("ERR"))
+	for _, src := range slices.Sorted(func(yield func(collector.Source) bool) {
+		for s := range row.Sources {
+			if !yield(s) {
+				return
+			}
+		}
+	}) {
+		sf := row.Sources[src]
+		st.add(plain(string(src)), plain(fmt.Sprintf("%.2f", sf.HoldSeconds)), plain(fmt.Sprintf("%.2f", sf.IdleHoldSeconds)),
+			plain(statementsCell(src, sf.Statements)), plain(fmt.Sprintf("%.0f", sf.Errors)))
+	}
+	st.write(b, w, m.color)
+}
+
+// statementsCell is "-" where the source cannot count statements: the
+// processlist sees sessions, not every statement they ran.
+func statementsCell(src collector.Source, n float64) string {
+	if src == collector.SourceProxySQLProcesslist {
+		return "-"
+	}
+	return fmt.Sprintf("%.0f", n)
+}
+
+// runInteractive runs the console on a terminal until q, Esc, Ctrl-C or ctx
+// ends.
+func (t *topCmd) runInteractive(ctx context.Context, src topSource, down string, in io.Reader, color bool) error {
+	m := newTopModel(ctx, t, src, down, color)
+	p := tea.NewProgram(m, tea.WithContext(ctx), tea.WithInput(in), tea.WithOutput(t.out), tea.WithAltScreen())
+	_, err := p.Run()
+	if err != nil && ctx.Err() != nil {
+		return nil // Ctrl-C or a signal: how top ends
+	}
+	if err == tea.ErrProgramKilled {
+		return nil
+	}
+	return err
+}

@@ -27,6 +27,9 @@ type tmuxPane struct {
 func startTmux(t *testing.T, width, height int, command string) *tmuxPane {
 	t.Helper()
 	if _, err := exec.LookPath("tmux"); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("tmux is not installed: .ci/install-deps installs it")
+		}
 		t.Skip("tmux is not installed (apt-get install tmux)")
 	}
 	p := &tmuxPane{t: t, socket: fmt.Sprintf("holdtime-test-%d-%d", os.Getpid(), time.Now().UnixNano())}

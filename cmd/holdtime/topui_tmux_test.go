@@ -257,3 +257,16 @@ func TestTopConsoleInATerminal(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// TestReadmeListsTopKeys keeps the README's key table equal to the help.
+func TestReadmeListsTopKeys(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range topKeys {
+		if row := "| " + k.keys + " | " + k.what + " |"; !strings.Contains(string(readme), row) {
+			t.Errorf("README.md lacks the key row %q", row)
+		}
+	}
+}

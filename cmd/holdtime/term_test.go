@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -105,8 +104,8 @@ func TestTopQuitsOnQ(t *testing.T) {
 	if after := termios(t, term); after != before {
 		t.Errorf("terminal not restored after q:\nbefore %+v\nafter  %+v", before, after)
 	}
-	out := scr.waitFor(t, "main screen back", 5*time.Second, func(s string) bool { return strings.HasSuffix(s, "\x1b[?25h\x1b[?1049l") })
-	if line := strings.Split(stripANSI(out), "\n")[0]; len([]rune(strings.TrimRight(line, "\r"))) > 60 {
+	out := scr.waitFor(t, "main screen back", 5*time.Second, restoredScreen)
+	if line := strings.Split(stripANSI(out), "\n")[0]; len([]rune(strings.Trim(line, "\r"))) > 60 {
 		t.Errorf("line not cut at the terminal's 60 columns: %q", line)
 	}
 }
@@ -137,9 +136,17 @@ func TestTopRestoresTheTerminalOnSignals(t *testing.T) {
 			if after := termios(t, term); after != before {
 				t.Errorf("terminal not restored after %s", how)
 			}
-			if out := scr.waitFor(t, "main screen back", 5*time.Second, func(s string) bool { return bytes.HasSuffix([]byte(s), []byte("\x1b[?1049l")) }); out == "" {
+			if out := scr.waitFor(t, "main screen back", 5*time.Second, restoredScreen); out == "" {
 				t.Error("no output")
 			}
 		})
 	}
+}
+
+// restoredScreen reports whether the output leaves the terminal as found:
+// the main screen back after the last switch to the alternate one, and the
+// cursor shown after it was last hidden.
+func restoredScreen(s string) bool {
+	return strings.LastIndex(s, "\x1b[?1049l") > strings.LastIndex(s, "\x1b[?1049h") &&
+		strings.LastIndex(s, "\x1b[?25h") > strings.LastIndex(s, "\x1b[?25l")
 }

@@ -5,9 +5,12 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
+	"os/signal"
 	"regexp"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	tea "github.com/charmbracelet/bubbletea"
@@ -471,8 +474,17 @@ func statementsCell(src collector.Source, n float64) string {
 // runInteractive runs the console on a terminal until q, Esc, Ctrl-C or ctx
 // ends.
 func (t *topCmd) runInteractive(ctx context.Context, src topSource, down string, in io.Reader, color bool) error {
+	// Whatever ends top, the terminal is left as it was found: every signal
+	// that ends a terminal program ends the console through ctx, and the
+	// program restores the terminal's modes and screen on its way out.
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
+	defer stop()
+	if f, ok := in.(*os.File); ok {
+		in = newTTYInput(f)
+	}
 	m := newTopModel(ctx, t, src, down, color)
-	p := tea.NewProgram(m, tea.WithContext(ctx), tea.WithInput(in), tea.WithOutput(t.out), tea.WithAltScreen())
+	p := tea.NewProgram(m, tea.WithContext(ctx), tea.WithInput(in), tea.WithOutput(t.out), tea.WithAltScreen(),
+		tea.WithoutSignalHandler())
 	_, err := p.Run()
 	if err != nil && ctx.Err() != nil {
 		return nil // Ctrl-C or a signal: how top ends
@@ -482,3 +494,19 @@ func (t *topCmd) runInteractive(ctx context.Context, src topSource, down string,
 	}
 	return err
 }
+
+// ttyInput hands the console the terminal without giving it ownership: its
+// descriptor is read once, here (os.File.Fd from the input reader's
+// goroutine raced with its own Close under the race detector), and Close
+// leaves the terminal open for whoever opened it.
+type ttyInput struct {
+	f  *os.File
+	fd uintptr
+}
+
+func newTTYInput(f *os.File) ttyInput { return ttyInput{f: f, fd: f.Fd()} }
+
+func (t ttyInput) Read(p []byte) (int, error)  { return t.f.Read(p) }
+func (t ttyInput) Write(p []byte) (int, error) { return t.f.Write(p) }
+func (t ttyInput) Close() error                { return nil }
+func (t ttyInput) Fd() uintptr                 { return t.fd }

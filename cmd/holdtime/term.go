@@ -24,15 +24,22 @@ func isTerminal(w any) bool {
 // termWidth is the width of the terminal w is, 0 when w is not one (lines
 // are then never cut).
 func termWidth(w io.Writer) int {
+	width, _ := termSize(w)
+	return width
+}
+
+// termSize is the width and height of the terminal w is, zeros when w is
+// not one.
+func termSize(w io.Writer) (width, height int) {
 	f, ok := w.(*os.File)
 	if !ok {
-		return 0
+		return 0, 0
 	}
 	ws, err := unix.IoctlGetWinsize(int(f.Fd()), unix.TIOCGWINSZ)
 	if err != nil {
-		return 0
+		return 0, 0
 	}
-	return int(ws.Col)
+	return int(ws.Col), int(ws.Row)
 }
 
 // rawMode puts the terminal f into a mode where each key arrives as it is

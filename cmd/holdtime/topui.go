@@ -483,6 +483,13 @@ func (t *topCmd) runInteractive(ctx context.Context, src topSource, down string,
 		in = newTTYInput(f)
 	}
 	m := newTopModel(ctx, t, src, down, color)
+	// The first screen fits the terminal before its first resize message.
+	if w, h := termSize(t.out); w > 0 && h > 0 {
+		m.width, m.height = w, h
+	}
+	if t.width != nil {
+		m.width = t.width()
+	}
 	p := tea.NewProgram(m, tea.WithContext(ctx), tea.WithInput(in), tea.WithOutput(t.out), tea.WithAltScreen(),
 		tea.WithoutSignalHandler())
 	_, err := p.Run()

@@ -459,6 +459,18 @@ func (r *Router) stockCtx(ctx context.Context) context.Context {
 // database before, and applies the saved rollout (Config.Rollout when
 // none was saved). Call it once at start, before Run and checkout.
 func (r *Router) Migrate(ctx context.Context) error {
+	if err := r.Load(ctx); err != nil {
+		return err
+	}
+	r.applyMu.Lock()
+	defer r.applyMu.Unlock()
+	return r.apply(ctx, false)
+}
+
+// Load creates the tables (both systems' and the router's) and loads the
+// saved stages, kill switches and rollout, moving no shop: for a tool
+// (reconcile, backfill) beside the app that serves checkout.
+func (r *Router) Load(ctx context.Context) error {
 	if err := r.cfg.Engine.Migrate(ctx); err != nil {
 		return err
 	}
@@ -470,12 +482,22 @@ func (r *Router) Migrate(ctx context.Context) error {
 			return fmt.Errorf("migration: create tables: %w", err)
 		}
 	}
-	if err := r.load(ctx); err != nil {
-		return err
+	return r.load(ctx)
+}
+
+// Shops returns the shops whose stage was saved (every shop that ever left
+// StageRedis, or had its own kill switch flipped), in order.
+func (r *Router) Shops() []uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []uint64
+	for id, s := range r.shops {
+		if s.everLeft.Load() {
+			out = append(out, id)
+		}
 	}
-	r.applyMu.Lock()
-	defer r.applyMu.Unlock()
-	return r.apply(ctx, false)
+	slices.Sort(out)
+	return out
 }
 
 // load reads the saved shops and settings.

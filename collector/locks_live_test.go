@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"strconv"
 	"strings"
@@ -232,4 +233,221 @@ func TestMySQLLocksSource(t *testing.T) {
 	if untagged != nil && untagged.total.stmts > 0 {
 		t.Errorf("the MySQL source counted %v untagged statements: the lock reader's?", untagged.total.stmts)
 	}
+}
+
+// liveLocks starts a collector whose MySQL source reads locks every
+// interval on the shared server, with lock output on for the test.
+func liveLocks(t *testing.T, interval time.Duration) (*testenv.Database, *Collector, *pollCount) {
+	t.Helper()
+	d := testenv.NewDatabase(t)
+	admin := d.Target.Admin()
+	var was string
+	if err := admin.QueryRow("SELECT @@GLOBAL.innodb_status_output_locks").Scan(&was); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.Exec("SET GLOBAL innodb_status_output_locks = ON"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if was == "0" || was == "OFF" {
+			admin.Exec("SET GLOBAL innodb_status_output_locks = OFF")
+		}
+	})
+	c, err := New(Config{MySQL: []MySQLConfig{{Name: "db", DSN: d.Target.Config("").FormatDSN(),
+		Interval: 200 * time.Millisecond, LocksInterval: interval}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	polls := countPolls(c)
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- c.Run(ctx) }()
+	t.Cleanup(func() { stop(); <-done })
+	polls.wait(t, "db", SourceMySQLLocks, 1)
+	polls.wait(t, "db", SourceMySQL, 1)
+	return d, c, polls
+}
+
+// series returns the value of every series of one metric, by labels.
+func seriesOf(t *testing.T, c *Collector, name string) map[string]float64 {
+	t.Helper()
+	all, _ := gather(t, c)
+	out := map[string]float64{}
+	for k, v := range all {
+		if labels, ok := strings.CutPrefix(k, name+"{"); ok {
+			out[strings.TrimSuffix(labels, "}")] = v
+		}
+	}
+	return out
+}
+
+// TestLockWaitsSharedLockBlocker (issue 23, defect 1): A and B hold only
+// shared locks (trx_id 0 on MariaDB), A on row 3, B on row 4; C updates row
+// 3. holdtime_mysql_lock_waits shows one wait, C's for A, never for B.
+func TestLockWaitsSharedLockBlocker(t *testing.T) {
+	d, c, polls := liveLocks(t, 300*time.Millisecond)
+	db := d.Open(t)
+	ctx := context.Background()
+	for _, q := range []string{"CREATE TABLE r (id INT PRIMARY KEY, v INT NOT NULL) ENGINE=InnoDB",
+		"INSERT INTO r VALUES (1, 0), (2, 0), (3, 0), (4, 0), (5, 0)"} {
+		if _, err := db.ExecContext(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	begin := func(q string) *sql.Tx {
+		x, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := x.ExecContext(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { x.Rollback() })
+		return x
+	}
+	a := begin("SELECT v FROM r WHERE id = 3 LOCK IN SHARE MODE /* conn_tag:share_a */")
+	begin("SELECT v FROM r WHERE id = 4 LOCK IN SHARE MODE /* conn_tag:share_b */")
+	cx, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := cx.ExecContext(ctx, "UPDATE r SET v = 1 WHERE id = 3 /* conn_tag:writer_c */")
+		done <- err
+	}()
+	t.Cleanup(func() { a.Rollback(); <-done; cx.Rollback() })
+	// Until the lock reader has read the wait, the source's own query can
+	// only say unknown (trx id 0 is everyone's); never share_b.
+	seen := map[string]bool{}
+	var got map[string]float64
+	for range 100 {
+		polls.wait(t, "db", SourceMySQL, 1)
+		got = seriesOf(t, c, "holdtime_mysql_lock_waits")
+		for k := range got {
+			seen[k] = true
+		}
+		if len(got) > 0 {
+			break
+		}
+	}
+	polls.wait(t, "db", SourceMySQLLocks, 1)
+	polls.wait(t, "db", SourceMySQL, 1)
+	got = seriesOf(t, c, "holdtime_mysql_lock_waits")
+	want := map[string]float64{`blocker_tag="share_a",target="db",waiter_tag="writer_c"`: 1}
+	if !maps.Equal(got, want) {
+		t.Errorf("holdtime_mysql_lock_waits %v, want %v", got, want)
+	}
+	for k := range seen {
+		if strings.Contains(k, "share_b") || !strings.Contains(k, `waiter_tag="writer_c"`) {
+			t.Errorf("holdtime_mysql_lock_waits showed %s", k)
+		}
+	}
+}
+
+// deadlock makes one deadlock of k sessions on rows 1..k of table r: each
+// locks its row, then all ask at once for the next one's row, a cycle
+// whatever the order they arrive in. It returns the tag of the session the
+// server rolled back (the client's error 1213 is the truth).
+func deadlock(t *testing.T, db *sql.DB, k int, shape string) string {
+	t.Helper()
+	ctx := context.Background()
+	txs := make([]*sql.Tx, k)
+	tags := make([]string, k)
+	for i := range k {
+		tags[i] = fmt.Sprintf("%s_%d", shape, i+1)
+		x, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := x.ExecContext(ctx, fmt.Sprintf("UPDATE r SET v = v + 1 WHERE id = %d /* conn_tag:%s */", i+1, tags[i])); err != nil {
+			t.Fatal(err)
+		}
+		txs[i] = x
+	}
+	victims := make(chan string, k)
+	var wg sync.WaitGroup
+	for i, x := range txs {
+		wg.Go(func() {
+			_, err := x.ExecContext(ctx, fmt.Sprintf("UPDATE r SET v = v + 1 WHERE id = %d /* conn_tag:%s */", (i+1)%k+1, tags[i]))
+			if mysqlErrNumber(err) == 1213 {
+				victims <- tags[i]
+			} else if err != nil {
+				t.Error(err)
+			}
+			x.Rollback()
+		})
+	}
+	wg.Wait()
+	close(victims)
+	var v []string
+	for x := range victims {
+		v = append(v, x)
+	}
+	if len(v) != 1 {
+		t.Fatalf("%s: %d victims %v, want 1", shape, len(v), v)
+	}
+	return v[0]
+}
+
+func deadlockCount(t *testing.T, db *sql.DB) float64 {
+	t.Helper()
+	var name string
+	var n float64
+	if err := db.QueryRow("SHOW GLOBAL STATUS LIKE 'Innodb_deadlocks'").Scan(&name, &n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestDeadlocksCountedOnce (defects 2 and 3, and the issue's done-when):
+// 50 deadlocks of mixed shapes (two-way and three-way), in bursts between
+// lock reads so that most are overwritten before a read and some land
+// between the reader's counter and its status text: the sum of
+// holdtime_mysql_deadlocks_total equals the server's Innodb_deadlocks
+// delta, and every three-way deadlock named is one series increment.
+func TestDeadlocksCountedOnce(t *testing.T) {
+	d, c, polls := liveLocks(t, 150*time.Millisecond)
+	db := d.Open(t)
+	db.SetMaxOpenConns(6)
+	for _, q := range []string{"CREATE TABLE r (id INT PRIMARY KEY, v INT NOT NULL) ENGINE=InnoDB",
+		"INSERT INTO r VALUES (1, 0), (2, 0), (3, 0)"} {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sum := func() float64 {
+		n := 0.0
+		for _, v := range seriesOf(t, c, "holdtime_mysql_deadlocks_total") {
+			n += v
+		}
+		return n
+	}
+	admin := d.Target.Admin()
+	// One three-way deadlock alone, read by a poll: one increment.
+	base, before := deadlockCount(t, admin), sum()
+	deadlock(t, db, 3, "three")
+	polls.wait(t, "db", SourceMySQLLocks, 2)
+	if got, server := sum()-before, deadlockCount(t, admin)-base; got != server || server != 1 {
+		t.Errorf("one three-way deadlock: series sum +%v, server +%v; want 1 and 1", got, server)
+	}
+	// 50 of mixed shapes in bursts of 1 to 4.
+	start := time.Now()
+	base, before = deadlockCount(t, admin), sum()
+	for i := 0; i < 50; {
+		burst := min(1+i%4, 50-i)
+		for j := range burst {
+			deadlock(t, db, 2+(i+j)%2, fmt.Sprintf("mix%d", (i+j)%2+2))
+		}
+		i += burst
+		if i%3 == 0 {
+			polls.wait(t, "db", SourceMySQLLocks, 1)
+		}
+	}
+	polls.wait(t, "db", SourceMySQLLocks, 2)
+	server := deadlockCount(t, admin) - base
+	if got := sum() - before; got != server || server != 50 {
+		t.Errorf("50 deadlocks: series sum +%v, server Innodb_deadlocks +%v; want both 50", got, server)
+	}
+	t.Logf("50 deadlocks in %v", time.Since(start))
 }

@@ -42,6 +42,24 @@ type locksReader struct {
 
 	mu         sync.Mutex
 	cumulative map[[2]string]float64
+	// waits are the (waiter, blocker) sessions of the last read, each
+	// blocker found from the locks (locks.Snapshot.Waits).
+	waits [][2]int64
+}
+
+// blockers returns the blockers the last lock read found for a waiting
+// session: the MySQL source names a blocker by trx id only when that id is
+// unique, and asks here otherwise.
+func (l *locksReader) blockers(waiter int64) []int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []int64
+	for _, w := range l.waits {
+		if w[0] == waiter {
+			out = append(out, w[1])
+		}
+	}
+	return out
 }
 
 func newLocksReader(m *mysqlTarget, dsn string) (*locksReader, error) {
@@ -94,14 +112,15 @@ func (l *locksReader) poll(ctx context.Context) error {
 	}
 	fresh, unnamed := l.deadlocks.Observe(snap)
 	l.mu.Lock()
+	l.waits = l.waits[:0]
+	for _, w := range snap.Waits {
+		if w.Waiting.ThreadID > 0 && w.Blocking.ThreadID > 0 {
+			l.waits = append(l.waits, [2]int64{w.Waiting.ThreadID, w.Blocking.ThreadID})
+		}
+	}
 	for _, d := range fresh {
-		others := d.OtherTags()
-		if len(others) == 0 {
-			others = []string{UnknownTag}
-		}
-		for _, o := range others {
-			l.cumulative[[2]string{d.VictimTag(), o}]++
-		}
+		// Once per deadlock, however many transactions it had.
+		l.cumulative[[2]string{d.VictimTag(), d.OtherTag()}]++
 	}
 	if unnamed > 0 {
 		// Deadlocks the server counted whose detail was overwritten

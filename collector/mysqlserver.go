@@ -57,10 +57,17 @@ const (
 		`WHERE h.TIMER_END > ? AND h.NESTING_EVENT_LEVEL = 0 ` +
 		`AND (h.SQL_TEXT IS NOT NULL OR h.EVENT_NAME = 'statement/com/Execute')%s`
 	// MariaDB (10.6+, and MySQL 5.7) keep lock waits in information_schema.
-	queryLockWaitsMariaDB = CollectorMarker + `SELECT r.trx_mysql_thread_id, b.trx_mysql_thread_id ` +
+	// Their trx ids are not unique (every transaction holding only shared
+	// locks has 0): the waiter is joined by its requested lock, and the
+	// blocker only when one transaction has its id, else 0 (the lock
+	// reader, when on, names it from the locks: locksReader.blockers).
+	queryLockWaitsMariaDB = CollectorMarker + `SELECT r.trx_mysql_thread_id, ` +
+		`IF(COUNT(DISTINCT b.trx_mysql_thread_id) = 1, MIN(b.trx_mysql_thread_id), 0) ` +
 		`FROM information_schema.INNODB_LOCK_WAITS w ` +
-		`JOIN information_schema.INNODB_TRX r ON r.trx_id = w.requesting_trx_id ` +
-		`JOIN information_schema.INNODB_TRX b ON b.trx_id = w.blocking_trx_id`
+		`JOIN information_schema.INNODB_TRX r ON r.trx_requested_lock_id = w.requested_lock_id ` +
+		`LEFT JOIN information_schema.INNODB_TRX b ON b.trx_id = w.blocking_trx_id ` +
+		`AND b.trx_mysql_thread_id <> r.trx_mysql_thread_id ` +
+		`GROUP BY r.trx_mysql_thread_id, w.blocking_lock_id`
 	// MySQL 8.0 moved them to performance_schema.data_lock_waits, keyed by
 	// performance_schema thread ids. Not run by this repository's CI
 	// (MariaDB only): keep it this small.
@@ -680,6 +687,14 @@ func (m *mysqlTarget) queryLockWaits(ctx context.Context) ([][2]int64, error) {
 		var w, b sql.NullInt64
 		if err := rs.Scan(&w, &b); err != nil || !w.Valid || !b.Valid {
 			continue
+		}
+		if b.Int64 == 0 && m.locks != nil {
+			if bs := m.locks.blockers(w.Int64); len(bs) > 0 {
+				for _, x := range bs {
+					out = append(out, [2]int64{w.Int64, x})
+				}
+				continue
+			}
 		}
 		out = append(out, [2]int64{w.Int64, b.Int64})
 	}

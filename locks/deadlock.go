@@ -1,9 +1,11 @@
 package locks
 
 import (
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Deadlock is the server's LATEST DETECTED DEADLOCK: the transactions of
@@ -11,8 +13,13 @@ import (
 // back.
 type Deadlock struct {
 	// At is when the server detected it, in the server's local time as
-	// printed ("2026-12-02 16:14:51"); "" when the text did not say.
+	// printed ("2026-12-02 16:14:51"); "" when the text did not say. Zone
+	// is that local time's offset from UTC ("+01:00"), read from the server
+	// (its system time zone, which the status text uses), "" when unknown;
+	// Time is At in that zone.
 	At           string                `json:"at"`
+	Zone         string                `json:"zone,omitempty"`
+	Time         *time.Time            `json:"time,omitempty"`
 	Transactions []DeadlockTransaction `json:"transactions"`
 	// Victim is the number (1, 2, ...) of the transaction rolled back, 0
 	// when the text does not say.
@@ -65,6 +72,34 @@ func (d *Deadlock) VictimTag() string {
 		}
 	}
 	return UnknownTag
+}
+
+// OtherTag is the tags of the transactions that were not rolled back, as one
+// label: sorted, distinct, joined by "," ("unknown" when none is known). A
+// deadlock of three or more transactions is one deadlock: counted once,
+// under this one label, never once per other tag.
+func (d *Deadlock) OtherTag() string {
+	tags := d.OtherTags()
+	if len(tags) == 0 {
+		return UnknownTag
+	}
+	slices.Sort(tags)
+	return strings.Join(slices.Compact(tags), ",")
+}
+
+// setZone sets Zone and Time from the server's UTC offset in seconds.
+func (d *Deadlock) setZone(offset int) {
+	if d == nil || d.At == "" {
+		return
+	}
+	sign, o := '+', offset
+	if o < 0 {
+		sign, o = '-', -o
+	}
+	d.Zone = fmt.Sprintf("%c%02d:%02d", sign, o/3600, o%3600/60)
+	if t, err := time.ParseInLocation(time.DateTime, d.At, time.FixedZone(d.Zone, offset)); err == nil {
+		d.Time = &t
+	}
 }
 
 // OtherTags are the tags of the transactions that were not rolled back.
@@ -289,17 +324,19 @@ func parseDeadlock(r *lineReader, st *Status) *Deadlock {
 }
 
 // ResolveTags sets the Tag of every deadlock transaction from its statement
-// with parse (collector.ParseTag).
+// with parse (collector.ParseTag). The server prints at most
+// DeadlockTextLimit bytes of each statement: one that long without a tag
+// lost its end, and its tag is unknown, not untagged.
 func (d *Deadlock) ResolveTags(parse func(string) (string, bool)) {
 	if d == nil || parse == nil {
 		return
 	}
 	for i := range d.Transactions {
 		t := &d.Transactions[i]
-		switch tag, ok := parse(t.query); {
-		case ok:
+		switch tag, cut := statementTag(parse, t.query, DeadlockTextLimit); {
+		case tag != "":
 			t.Tag = tag
-		case strings.TrimSpace(t.query) == "":
+		case strings.TrimSpace(t.query) == "" || cut:
 			t.Tag = UnknownTag
 		default:
 			t.Tag = UntaggedTag
@@ -313,12 +350,17 @@ func (d *Deadlock) ResolveTags(parse func(string) (string, bool)) {
 // deadlocks named. It is not safe for concurrent use: give each target its
 // own.
 type Deadlocks struct {
-	keep      int
-	primed    bool
-	lastKey   string
-	lastCount int64
-	haveCount bool
-	recent    []Deadlock
+	keep    int
+	primed  bool
+	lastKey string
+	// Since the baseline: the server's count, the deadlocks named, and
+	// the unnamed ones reported. A deadlock named by a read whose counter
+	// was read before it happened is counted by the next counter: the
+	// balance keeps it from being reported again as unnamed.
+	baseCount, named, unnamed int64
+	lastCount                 int64
+	haveCount                 bool
+	recent                    []Deadlock
 }
 
 // NewDeadlocks returns a tracker that remembers the keep most recent
@@ -344,7 +386,7 @@ func (t *Deadlocks) Observe(s *Snapshot) (fresh []Deadlock, unnamed int64) {
 	if !t.primed {
 		t.primed = true
 		t.lastKey = key
-		t.lastCount, t.haveCount = s.DeadlockCount, s.DeadlockCountKnown
+		t.rebase(s)
 		if s.LatestDeadlock != nil {
 			t.remember(*s.LatestDeadlock)
 		}
@@ -354,15 +396,30 @@ func (t *Deadlocks) Observe(s *Snapshot) (fresh []Deadlock, unnamed int64) {
 		fresh = append(fresh, *s.LatestDeadlock)
 		t.remember(*s.LatestDeadlock)
 		t.lastKey = key
+		t.named++
 	}
-	if s.DeadlockCountKnown {
-		if t.haveCount && s.DeadlockCount >= t.lastCount {
-			unnamed = max(0, s.DeadlockCount-t.lastCount-int64(len(fresh)))
-		}
-		// A counter that went down: the server restarted; start again.
-		t.lastCount, t.haveCount = s.DeadlockCount, true
+	if !s.DeadlockCountKnown {
+		return fresh, 0
+	}
+	if !t.haveCount || s.DeadlockCount < t.lastCount {
+		// No counter before, or it went down (the server restarted):
+		// start the balance again.
+		t.rebase(s)
+		return fresh, 0
+	}
+	t.lastCount = s.DeadlockCount
+	// The counter is read before the status text: every deadlock it
+	// counted either shows now or was overwritten and never will.
+	if owed := s.DeadlockCount - t.baseCount - t.named - t.unnamed; owed > 0 {
+		unnamed = owed
+		t.unnamed += owed
 	}
 	return fresh, unnamed
+}
+
+func (t *Deadlocks) rebase(s *Snapshot) {
+	t.baseCount, t.lastCount, t.haveCount = s.DeadlockCount, s.DeadlockCount, s.DeadlockCountKnown
+	t.named, t.unnamed = 0, 0
 }
 
 func (t *Deadlocks) remember(d Deadlock) {

@@ -32,7 +32,7 @@ const (
 	queryTransactions = `SELECT trx_id, trx_state, COALESCE(TIMESTAMPDIFF(SECOND, trx_started, NOW()), 0), ` +
 		`COALESCE(TIMESTAMPDIFF(SECOND, trx_wait_started, NOW()), 0), COALESCE(trx_mysql_thread_id, 0), ` +
 		`trx_operation_state, trx_isolation_level, COALESCE(trx_rows_locked, 0), ` +
-		`COALESCE(trx_rows_modified, 0), COALESCE(trx_lock_structs, 0), trx_query ` +
+		`COALESCE(trx_rows_modified, 0), COALESCE(trx_lock_structs, 0), trx_query, trx_requested_lock_id ` +
 		`FROM information_schema.INNODB_TRX ` +
 		`WHERE COALESCE(trx_mysql_thread_id, 0) <> CONNECTION_ID() ` +
 		`ORDER BY trx_started, trx_id LIMIT %d`
@@ -48,31 +48,49 @@ const (
 		`WHERE h.SQL_TEXT IS NOT NULL AND t.PROCESSLIST_ID IN (`
 
 	queryInnoDBStatus = `SHOW ENGINE INNODB STATUS`
+	// The offset from UTC of the server's system time zone, in which the
+	// status text prints times; read only when it shows a deadlock.
+	queryZoneOffset = `SELECT TIMESTAMPDIFF(SECOND, UTC_TIMESTAMP(), CONVERT_TZ(UTC_TIMESTAMP(), '+00:00', 'SYSTEM'))`
 
-	// MariaDB (and MySQL 5.7) keep lock waits in information_schema. The
-	// requester is joined by its requested lock: read-only transactions
-	// can share trx_id 0.
-	queryWaitsMariaDB = `SELECT w.requesting_trx_id, w.blocking_trx_id, ` +
-		`COALESCE(rt.trx_mysql_thread_id, 0), COALESCE(bt.trx_mysql_thread_id, 0), ` +
-		`l.lock_table, l.lock_index, l.lock_type, l.lock_mode, ` +
-		`COALESCE(l.lock_data = 'supremum pseudo-record', 0) ` +
-		`FROM information_schema.INNODB_LOCK_WAITS w ` +
-		`LEFT JOIN information_schema.INNODB_TRX rt ON rt.trx_requested_lock_id = w.requested_lock_id ` +
-		`LEFT JOIN information_schema.INNODB_TRX bt ON bt.trx_id = w.blocking_trx_id ` +
-		`LEFT JOIN information_schema.INNODB_LOCKS l ON l.lock_id = w.requested_lock_id`
+	// MariaDB (and MySQL 5.7) keep lock waits in information_schema, by
+	// trx id, which is not unique (every transaction holding only shared
+	// locks has 0): the rows are read as they are and resolved to sessions
+	// from the locks (resolveWaits), never joined on trx id.
+	queryLockWaitRowsMariaDB = `SELECT requesting_trx_id, requested_lock_id, blocking_trx_id, blocking_lock_id ` +
+		`FROM information_schema.INNODB_LOCK_WAITS`
+	// INNODB_LOCKS lists only the locks that wait or block.
+	queryLocksMariaDB = `SELECT lock_id, lock_trx_id, lock_mode, lock_type, lock_table, lock_index, lock_space, ` +
+		`lock_page, lock_rec, lock_data FROM information_schema.INNODB_LOCKS`
 
 	// MySQL 8.0 moved them to performance_schema (data_lock_waits,
-	// data_locks), keyed by performance_schema thread ids. Columns as the
-	// MySQL 8.0/8.4 reference manual lists them. Not run by this
-	// repository's CI (MariaDB only): kept small.
+	// data_locks), keyed by performance_schema thread ids: the blocker is
+	// exact. Columns as the MySQL 8.0/8.4 reference manual lists them. Not
+	// run by this repository's CI (MariaDB only): kept small.
 	queryWaitsMySQL8 = `SELECT w.REQUESTING_ENGINE_TRANSACTION_ID, w.BLOCKING_ENGINE_TRANSACTION_ID, ` +
 		`COALESCE(rt.PROCESSLIST_ID, 0), COALESCE(bt.PROCESSLIST_ID, 0), ` +
-		`CONCAT(l.OBJECT_SCHEMA, '.', l.OBJECT_NAME), l.INDEX_NAME, ` +
-		`l.LOCK_TYPE, l.LOCK_MODE, COALESCE(l.LOCK_DATA = 'supremum pseudo-record', 0) ` +
+		`w.REQUESTING_ENGINE_LOCK_ID, w.BLOCKING_ENGINE_LOCK_ID, ` +
+		`CONCAT(rl.OBJECT_SCHEMA, '.', rl.OBJECT_NAME), rl.INDEX_NAME, rl.LOCK_TYPE, rl.LOCK_MODE, rl.LOCK_DATA, ` +
+		`bl.LOCK_MODE, bl.LOCK_DATA ` +
 		`FROM performance_schema.data_lock_waits w ` +
 		`LEFT JOIN performance_schema.threads rt ON rt.THREAD_ID = w.REQUESTING_THREAD_ID ` +
 		`LEFT JOIN performance_schema.threads bt ON bt.THREAD_ID = w.BLOCKING_THREAD_ID ` +
-		`LEFT JOIN performance_schema.data_locks l ON l.ENGINE = w.ENGINE AND l.ENGINE_LOCK_ID = w.REQUESTING_ENGINE_LOCK_ID`
+		`LEFT JOIN performance_schema.data_locks rl ON rl.ENGINE = w.ENGINE AND rl.ENGINE_LOCK_ID = w.REQUESTING_ENGINE_LOCK_ID ` +
+		`LEFT JOIN performance_schema.data_locks bl ON bl.ENGINE = w.ENGINE AND bl.ENGINE_LOCK_ID = w.BLOCKING_ENGINE_LOCK_ID`
+
+	// Who the sessions of the transactions are, and for how long their
+	// current command (Sleep: idle) has run; only for the sessions listed.
+	// MariaDB has TIME_MS; MySQL 8's threads table whole seconds.
+	querySessionsMariaDB = `SELECT ID, COALESCE(USER, ''), COALESCE(HOST, ''), COALESCE(DB, ''), COALESCE(COMMAND, ''), ` +
+		`COALESCE(TIME_MS, 0) / 1000 FROM information_schema.PROCESSLIST WHERE ID IN (`
+	querySessionsMySQL8 = `SELECT PROCESSLIST_ID, COALESCE(PROCESSLIST_USER, ''), COALESCE(PROCESSLIST_HOST, ''), ` +
+		`COALESCE(PROCESSLIST_DB, ''), COALESCE(PROCESSLIST_COMMAND, ''), COALESCE(PROCESSLIST_TIME, 0) ` +
+		`FROM performance_schema.threads WHERE PROCESSLIST_ID IN (`
+
+	// What performance_schema records, asked only when a tag stayed
+	// unknown: the note then names the consumer to turn on.
+	queryConsumers = `SELECT NAME, ENABLED FROM performance_schema.setup_consumers ` +
+		`WHERE NAME IN ('events_statements_current', 'events_statements_history')`
+
 	// Every lock of every transaction, counted on the server: one row per
 	// transaction, table, index, mode and state, not one per locked row.
 	queryLocksMySQL8 = `SELECT ENGINE_TRANSACTION_ID, CONCAT(OBJECT_SCHEMA, '.', OBJECT_NAME), INDEX_NAME, ` +

@@ -103,6 +103,9 @@ type Snapshot struct {
 	TransactionsCut bool          `json:"transactions_cut,omitempty"`
 	// Waits are the lock waits: who waits for whom.
 	Waits []Wait `json:"waits"`
+	// Chains are the waits as trees, one per root blocker (a session that
+	// blocks others and waits for none), the root holding up most first.
+	Chains []Chain `json:"chains"`
 	// LatestDeadlock is the server's LATEST DETECTED DEADLOCK (nil: none
 	// since it started). Use Deadlocks to report each one once.
 	LatestDeadlock *Deadlock `json:"latest_deadlock,omitempty"`
@@ -135,8 +138,11 @@ type LockOutput struct {
 type Transaction struct {
 	TrxID    string `json:"trx_id"`
 	ThreadID int64  `json:"thread_id"`
-	// Tag is the conn_tag of its statements (see the package doc).
-	Tag string `json:"tag"`
+	// Tag is the conn_tag of its statements (see the package doc): its
+	// running statement's, else its latest tagged one's. Tags are all the
+	// tags its statements carried, sorted, when more than one.
+	Tag  string   `json:"tag"`
+	Tags []string `json:"tags,omitempty"`
 	// AgeSeconds is how long it has been open (whole seconds: INNODB_TRX).
 	AgeSeconds float64 `json:"age_seconds"`
 	// State is INNODB_TRX's trx_state: RUNNING, LOCK WAIT, ROLLING BACK,
@@ -146,7 +152,14 @@ type Transaction struct {
 	Isolation string `json:"isolation"`
 	// Idle: no statement is running; the session holds its transaction
 	// open between statements (INNODB_TRX.trx_query is NULL).
-	Idle bool `json:"idle"`
+	// IdleSeconds is for how long (the session's Sleep time; MariaDB
+	// gives milliseconds, MySQL 8 seconds).
+	Idle        bool    `json:"idle"`
+	IdleSeconds float64 `json:"idle_seconds,omitempty"`
+	// User, Host and DB are the session's (processlist).
+	User string `json:"user,omitempty"`
+	Host string `json:"host,omitempty"`
+	DB   string `json:"db,omitempty"`
 	// Statement is the running statement, else the last one seen,
 	// normalised (no literal values).
 	Statement    string `json:"statement,omitempty"`
@@ -160,24 +173,44 @@ type Transaction struct {
 	Locks        []Lock `json:"locks"`
 	LocksKnown   bool   `json:"locks_known"`
 	LocksPartial bool   `json:"locks_partial,omitempty"`
-	// WaitingFor is the lock it waits for; WaitSeconds since when.
+	// WaitingFor is the lock it waits for; WaitSeconds since when
+	// (MariaDB: to the microsecond, from the status text; else whole
+	// seconds).
 	WaitingFor  *Lock   `json:"waiting_for,omitempty"`
 	WaitSeconds float64 `json:"wait_seconds,omitempty"`
+
+	requestedLockID string
 }
 
-// TrxRef names one side of a wait.
+// TrxRef names one side of a wait. ThreadID 0 and Tag "unknown": the
+// side could not be named (see Snapshot.Notes); TrxID is then the server's
+// id, which may be shared (0).
 type TrxRef struct {
-	TrxID    string `json:"trx_id"`
-	ThreadID int64  `json:"thread_id"`
-	Tag      string `json:"tag"`
+	TrxID       string   `json:"trx_id"`
+	ThreadID    int64    `json:"thread_id"`
+	Tag         string   `json:"tag"`
+	Tags        []string `json:"tags,omitempty"`
+	Statement   string   `json:"statement,omitempty"`
+	Idle        bool     `json:"idle,omitempty"`
+	IdleSeconds float64  `json:"idle_seconds,omitempty"`
+	User        string   `json:"user,omitempty"`
+	Host        string   `json:"host,omitempty"`
+	DB          string   `json:"db,omitempty"`
 }
 
 // Wait is one transaction waiting for a lock another holds.
 type Wait struct {
-	Waiting     TrxRef  `json:"waiting"`
-	Blocking    TrxRef  `json:"blocking"`
-	Lock        *Lock   `json:"lock,omitempty"` // the lock asked for
-	WaitSeconds float64 `json:"wait_seconds"`
+	Waiting  TrxRef `json:"waiting"`
+	Blocking TrxRef `json:"blocking"`
+	Lock     *Lock  `json:"lock,omitempty"` // the lock asked for
+	// WaitingMode and BlockingMode are the modes of the lock asked for and
+	// of the lock in the way, as the server writes them (X,REC_NOT_GAP,
+	// S, ...); LockData the locked record's key values ("3", "supremum
+	// pseudo-record"), as the server gives them.
+	WaitingMode  string  `json:"waiting_mode,omitempty"`
+	BlockingMode string  `json:"blocking_mode,omitempty"`
+	LockData     string  `json:"lock_data,omitempty"`
+	WaitSeconds  float64 `json:"wait_seconds"`
 }
 
 // RowLockRatio is row locks per clustered-index row for one tag and table.
@@ -222,6 +255,22 @@ func (r *Reader) Read(ctx context.Context) (*Snapshot, error) {
 		return nil, err
 	}
 	s.TransactionsCut = cut
+	var waitRows []waitRow
+	waitRowsRead := false
+	for _, t := range trx {
+		if t.State == "LOCK WAIT" && !waitRowsRead {
+			waitRowsRead = true
+			if waitRows, err = readWaitRows(ctx, conn, s.Server.Flavor); err != nil {
+				if ctx.Err() != nil {
+					return nil, ctx.Err()
+				}
+				s.Notes = append(s.Notes, "lock waits unreadable ("+oneLine(err)+"): who waits for whom is unknown")
+			}
+		}
+	}
+	if err := r.readSessions(ctx, conn, trx, s); err != nil {
+		return nil, err
+	}
 	if err := r.readTags(ctx, conn, trx, s); err != nil {
 		return nil, err
 	}
@@ -233,6 +282,12 @@ func (r *Reader) Read(ctx context.Context) (*Snapshot, error) {
 	s.StatusBytes, s.StatusTruncated = len(text), st.Truncated
 	s.LatestDeadlock = st.Deadlock
 	s.LatestDeadlock.ResolveTags(r.cfg.ParseTag)
+	if s.LatestDeadlock != nil {
+		var off sql.NullInt64
+		if err := conn.QueryRowContext(ctx, queryZoneOffset).Scan(&off); err == nil && off.Valid {
+			s.LatestDeadlock.setZone(int(off.Int64))
+		}
+	}
 	if s.Server.Flavor == MariaDB {
 		s.LockSource = SourceStatus
 		applyStatusLocks(trx, st, s.LockOutput.Enabled)
@@ -249,9 +304,18 @@ func (r *Reader) Read(ctx context.Context) (*Snapshot, error) {
 			s.DeadlockCount, s.DeadlockCountKnown = n, true
 		}
 	}
-	if err := r.readWaits(ctx, conn, trx, s); err != nil {
-		return nil, err
+	if s.Server.Flavor == MariaDB {
+		waitedFromStatus(trx, st)
 	}
+	var unresolved int
+	s.Waits, unresolved = resolveWaits(waitRows, trx, st)
+	if s.Waits == nil {
+		s.Waits = []Wait{}
+	}
+	if unresolved > 0 {
+		s.Notes = append(s.Notes, unresolvedNote(unresolved, !s.LockOutput.Needed || s.LockOutput.Enabled))
+	}
+	s.Chains = Chains(s.Waits)
 	for _, t := range trx {
 		s.Transactions = append(s.Transactions, *t)
 	}
@@ -355,12 +419,13 @@ func (r *Reader) readTransactions(ctx context.Context, conn *sql.Conn) ([]*Trans
 	for rows.Next() {
 		t := &Transaction{}
 		var age, wait int64
-		var op, iso, query sql.NullString
+		var op, iso, query, requested sql.NullString
 		if err := rows.Scan(&t.TrxID, &t.State, &age, &wait, &t.ThreadID, &op, &iso,
-			&t.RowsLocked, &t.RowsModified, &t.LockStructs, &query); err != nil {
+			&t.RowsLocked, &t.RowsModified, &t.LockStructs, &query, &requested); err != nil {
 			return nil, false, fmt.Errorf("locks: read information_schema.INNODB_TRX: %w", err)
 		}
 		t.Operation, t.Isolation, t.Statement, t.Idle = op.String, iso.String, query.String, !query.Valid
+		t.requestedLockID = requested.String
 		t.AgeSeconds = float64(age)
 		if t.State == "LOCK WAIT" {
 			t.WaitSeconds = float64(wait)
@@ -378,25 +443,66 @@ func (r *Reader) readTransactions(ctx context.Context, conn *sql.Conn) ([]*Trans
 	return out, cut, nil
 }
 
-// readTags names every transaction's tag from its running statement and its
-// session's statement history, and normalises its statement.
+// Where the server cuts statement text: a tag at the end of a longer
+// statement is lost, and such a statement's tag is unknown, never
+// untagged (see the package doc).
+const (
+	// TrxQueryLimit: information_schema.INNODB_TRX.trx_query
+	// (TRX_I_S_TRX_QUERY_MAX_LEN).
+	TrxQueryLimit = 1024
+	// HistoryTextLimit: performance_schema's SQL_TEXT
+	// (performance_schema_max_sql_text_length, default 1,024).
+	HistoryTextLimit = 1024
+	// DigestTextLimit: statement digest text (max_digest_length, 1,024
+	// by default; ProxySQL's 2,048).
+	DigestTextLimit = 2048
+	// DeadlockTextLimit: LATEST DETECTED DEADLOCK prints each transaction's
+	// session line and statement in 3,000 bytes together (MariaDB 10.11
+	// kept 2,980 bytes of a long statement): a statement within
+	// deadlockLineRoom of it may be cut.
+	DeadlockTextLimit = 3000
+	deadlockLineRoom  = 200
+)
+
+// mayBeCut reports whether a statement read from a layer that keeps limit
+// bytes may have lost its end: it fills the limit (less a multibyte
+// character the server would not split, or the "..." it appends; the
+// deadlock text shares its limit with the session line).
+func mayBeCut(q string, limit int) bool {
+	if limit == DeadlockTextLimit {
+		return len(q) >= limit-deadlockLineRoom
+	}
+	return len(q) >= limit-4
+}
+
+// statementTag classifies one statement: its tag (conntag writes
+// "untagged" for a context without one: that is no tag), or none and
+// whether its end may be cut off.
+func statementTag(parse func(string) (string, bool), q string, limit int) (tag string, cut bool) {
+	if t, ok := parse(q); ok && t != UntaggedTag && t != UnknownTag {
+		return t, false
+	}
+	return "", mayBeCut(q, limit)
+}
+
+// readTags names every transaction's tags from its running statement and
+// its session's statement history, and normalises its statement.
 func (r *Reader) readTags(ctx context.Context, conn *sql.Conn, trx []*Transaction, s *Snapshot) error {
 	history := map[int64][]histStmt{}
 	var ids []string
 	for _, t := range trx {
-		if _, tagged := r.cfg.ParseTag(t.Statement); t.ThreadID > 0 && !tagged {
-			ids = append(ids, strconv.FormatInt(t.ThreadID, 10)) // the running statement does not name it
+		if t.ThreadID > 0 {
+			ids = append(ids, strconv.FormatInt(t.ThreadID, 10))
 		}
 	}
+	historyErr := ""
 	if len(ids) > 0 {
 		rows, err := conn.QueryContext(ctx, queryHistoryPrefix+strings.Join(ids, ", ")+")")
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			s.Notes = append(s.Notes, "performance_schema statement history unreadable ("+oneLine(err)+
-				"): the tags of transactions idle between statements are unknown; the account needs SELECT on "+
-				"performance_schema, with the events_statements_history consumer on")
+			historyErr = oneLine(err)
 		} else {
 			for rows.Next() {
 				var id, event int64
@@ -413,11 +519,47 @@ func (r *Reader) readTags(ctx context.Context, conn *sql.Conn, trx []*Transactio
 			}
 		}
 	}
+	unknownIdle := 0
 	for _, t := range trx {
 		running := t.Statement
-		t.Tag, t.Statement = tagOf(r.cfg.ParseTag, running, history[t.ThreadID])
+		t.Tag, t.Tags, t.Statement = tagOf(r.cfg.ParseTag, running, history[t.ThreadID])
+		if t.Tag == UnknownTag && t.Idle {
+			unknownIdle++
+		}
+	}
+	if unknownIdle > 0 {
+		s.Notes = append(s.Notes, r.unknownTagNote(ctx, conn, unknownIdle, historyErr))
 	}
 	return nil
+}
+
+// unknownTagNote says which consumer would make the tags of idle
+// transactions known.
+func (r *Reader) unknownTagNote(ctx context.Context, conn *sql.Conn, n int, historyErr string) string {
+	head := fmt.Sprintf("%d idle transaction(s) have tag unknown: ", n)
+	if historyErr != "" {
+		return head + "performance_schema statement history unreadable (" + historyErr + "); the account needs " +
+			"SELECT on performance_schema, and the server performance_schema=ON with the events_statements_history consumer"
+	}
+	var off []string
+	if rows, err := conn.QueryContext(ctx, queryConsumers); err == nil {
+		for rows.Next() {
+			var name, enabled string
+			if rows.Scan(&name, &enabled) == nil && enabled != "YES" {
+				off = append(off, name)
+			}
+		}
+		rows.Close()
+	}
+	if len(off) > 0 {
+		return head + "the performance_schema consumer " + strings.Join(off, " and ") + " is off, so their statements " +
+			"are not kept; turn it on with `UPDATE performance_schema.setup_consumers SET ENABLED = 'YES' WHERE NAME IN ('" +
+			strings.Join(off, "', '") + "')` (or performance-schema-consumer-" +
+			strings.ReplaceAll(off[len(off)-1], "_", "-") + "=ON in the server's configuration)"
+	}
+	return head + "none of the statements events_statements_history keeps of their sessions (the last " +
+		"performance_schema_events_statements_history_size, 10 by default) is theirs, or they ran as server-side " +
+		"prepared statements, whose text MariaDB does not record (use interpolateParams=true)"
 }
 
 type histStmt struct {
@@ -425,18 +567,35 @@ type histStmt struct {
 	text  string
 }
 
-// tagOf is a transaction's tag: its running statement's, else the latest
-// tagged statement of its session since the transaction began. It also
-// returns the statement to show, normalised.
-func tagOf(parse func(string) (string, bool), running string, hist []histStmt) (tag, stmt string) {
-	if running != "" {
-		stmt = Normalize(running)
-		if t, ok := parse(running); ok {
-			return t, stmt
+// tagOf is a transaction's tag and tags: the tags of the statements it ran
+// (its running statement and its session's history since the transaction
+// began); tag is the running statement's, else the latest one's; tags lists
+// them all, sorted, when there are several. It also returns the statement
+// to show, normalised. A statement cut before its end names nothing and
+// makes the tag unknown rather than untagged.
+func tagOf(parse func(string) (string, bool), running string, hist []histStmt) (tag string, tags []string, stmt string) {
+	cut, untagged := false, false
+	note := func(q string, limit int) {
+		t, c := statementTag(parse, q, limit)
+		switch {
+		case t != "":
+			if tag == "" {
+				tag = t
+			}
+			if !slices.Contains(tags, t) {
+				tags = append(tags, t)
+			}
+		case c:
+			cut = true
+		case !driverStatement(q):
+			untagged = true
 		}
 	}
+	if running != "" {
+		stmt = Normalize(running)
+		note(running, TrxQueryLimit)
+	}
 	slices.SortFunc(hist, func(a, b histStmt) int { return cmp.Compare(b.event, a.event) }) // newest first
-	untagged := running != "" && !driverStatement(running)
 	for _, h := range hist {
 		if boundaryStatement(h.text) {
 			break // the statements before belong to an earlier transaction
@@ -447,15 +606,21 @@ func tagOf(parse func(string) (string, bool), running string, hist []histStmt) (
 		if stmt == "" {
 			stmt = Normalize(h.text)
 		}
-		if t, ok := parse(h.text); ok {
-			return t, stmt
+		note(h.text, HistoryTextLimit)
+	}
+	switch {
+	case tag != "":
+		if len(tags) < 2 {
+			tags = nil
 		}
-		untagged = true
+		slices.Sort(tags)
+		return tag, tags, stmt
+	case cut:
+		return UnknownTag, nil, stmt
+	case untagged:
+		return UntaggedTag, nil, stmt
 	}
-	if untagged {
-		return UntaggedTag, stmt
-	}
-	return UnknownTag, stmt
+	return UnknownTag, nil, stmt
 }
 
 // firstWord returns the first word of a statement after leading comments,
@@ -626,73 +791,62 @@ func dataLock(table, index, typ, modeList string, waiting, supremum bool, rows i
 	return l
 }
 
-// readWaits reads who waits for whom.
-func (r *Reader) readWaits(ctx context.Context, conn *sql.Conn, trx []*Transaction, s *Snapshot) error {
-	waiting := false
-	for _, t := range trx {
-		waiting = waiting || t.State == "LOCK WAIT"
+// waitedFromStatus sets the wait time of waiting transactions to the
+// microsecond, from the status text (INNODB_TRX has whole seconds).
+func waitedFromStatus(trx []*Transaction, st *Status) {
+	by := map[int64]int64{}
+	for _, x := range st.Transactions {
+		if x.ThreadID > 0 && x.WaitMicros >= 0 {
+			by[x.ThreadID] = x.WaitMicros
+		}
 	}
-	if !waiting {
+	for _, t := range trx {
+		if us, ok := by[t.ThreadID]; ok && t.State == "LOCK WAIT" {
+			t.WaitSeconds = float64(us) / 1e6
+		}
+	}
+}
+
+// readSessions reads the user, host, database and idle time of the
+// transactions' sessions.
+func (r *Reader) readSessions(ctx context.Context, conn *sql.Conn, trx []*Transaction, s *Snapshot) error {
+	byThread := map[int64]*Transaction{}
+	var ids []string
+	for _, t := range trx {
+		if t.ThreadID > 0 {
+			byThread[t.ThreadID] = t
+			ids = append(ids, strconv.FormatInt(t.ThreadID, 10))
+		}
+	}
+	if len(ids) == 0 {
 		return nil
 	}
-	q := queryWaitsMariaDB
+	q := querySessionsMariaDB
 	if s.Server.Flavor == MySQL {
-		q = queryWaitsMySQL8
+		q = querySessionsMySQL8
 	}
-	rows, err := conn.QueryContext(ctx, q)
+	rows, err := conn.QueryContext(ctx, q+strings.Join(ids, ", ")+")")
 	if err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		s.Notes = append(s.Notes, "lock waits unreadable ("+oneLine(err)+"): who waits for whom is unknown")
+		s.Notes = append(s.Notes, "sessions unreadable ("+oneLine(err)+"): user, host, database and idle time are not shown")
 		return nil
 	}
 	defer rows.Close()
-	byThread := map[int64]*Transaction{}
-	byID := map[string]*Transaction{}
-	for _, t := range trx {
-		byThread[t.ThreadID] = t
-		byID[t.TrxID] = t
-	}
-	ref := func(id string, thread int64) (TrxRef, *Transaction) {
-		t := byThread[thread]
-		if thread == 0 || t == nil {
-			t = byID[id]
-		}
-		ref := TrxRef{TrxID: id, ThreadID: thread, Tag: UnknownTag}
-		if t != nil {
-			ref.Tag = t.Tag
-			ref.ThreadID = cmp.Or(ref.ThreadID, t.ThreadID)
-		}
-		return ref, t
-	}
 	for rows.Next() {
-		var wid, bid string
-		var table, index, typ, mode sql.NullString
-		var wth, bth int64
-		var supremum bool
-		if err := rows.Scan(&wid, &bid, &wth, &bth, &table, &index, &typ, &mode, &supremum); err != nil {
-			return fmt.Errorf("locks: read lock waits: %w", err)
+		var id int64
+		var user, host, db, command string
+		var secs float64
+		if err := rows.Scan(&id, &user, &host, &db, &command, &secs); err != nil {
+			return fmt.Errorf("locks: read sessions: %w", err)
 		}
-		w := Wait{}
-		var wt *Transaction
-		w.Waiting, wt = ref(wid, wth)
-		w.Blocking, _ = ref(bid, bth)
-		if wt != nil {
-			w.WaitSeconds = wt.WaitSeconds
-			if wt.WaitingFor != nil {
-				// The status text and data_locks say the kind exactly;
-				// MariaDB's INNODB_LOCKS drops REC_NOT_GAP and insert
-				// intention.
-				l := *wt.WaitingFor
-				w.Lock = &l
+		if t := byThread[id]; t != nil {
+			t.User, t.Host, t.DB = user, host, db
+			if command == "Sleep" && t.Idle {
+				t.IdleSeconds = secs
 			}
 		}
-		if w.Lock == nil && table.Valid {
-			l := dataLock(table.String, index.String, typ.String, mode.String, true, supremum, 1)
-			w.Lock = &l
-		}
-		s.Waits = append(s.Waits, w)
 	}
 	return rows.Err()
 }

@@ -61,13 +61,33 @@ type StatusTransaction struct {
 	LocksListed  bool
 	LocksPartial bool
 	// Waiting is the lock it waits for ("TRX HAS BEEN WAITING ... FOR THIS
-	// LOCK TO BE GRANTED"), printed whether lock output is on or not.
-	Waiting *Lock
+	// LOCK TO BE GRANTED"), printed whether lock output is on or not;
+	// WaitMicros how long it has waited (MariaDB prints microseconds,
+	// MySQL seconds), -1 when not printed.
+	Waiting    *Lock
+	WaitMicros int64
+	// Granted are the granted locks listed (lock output on), one per
+	// locked record or table: how a wait's blocker is found when trx ids
+	// do not tell (MariaDB gives every transaction that holds only shared
+	// locks trx id 0).
+	Granted []LockRef
+}
+
+// LockRef is one lock where the server keys it: a record by tablespace,
+// page and heap number, a table by name; with the trx id its lock line
+// printed.
+type LockRef struct {
+	TrxID       string
+	Table       string
+	Space, Page int64
+	Heap        int64 // -1: a table lock
+	Mode        string
 }
 
 // lockLine is one parsed TABLE LOCK / RECORD LOCKS line.
 type lockLine struct {
 	table, index, mode, trxID          string
+	space, page                        int64
 	record                             bool
 	gap, recNotGap, insertIntention, w bool
 }
@@ -107,6 +127,7 @@ func parseLockLine(s string) (lockLine, bool) {
 			return l, false
 		}
 		l.index = strings.Trim(after[:j], "`")
+		l.space, l.page = fieldInt(s, " space id "), fieldInt(s, " page no ")
 		rest = after[j+len(" of table "):]
 	default:
 		return l, false
@@ -138,6 +159,23 @@ func parseLockLine(s string) (lockLine, bool) {
 	l.insertIntention = strings.Contains(after, "insert intention")
 	l.w = strings.HasSuffix(strings.TrimSpace(after), "waiting")
 	return l, true
+}
+
+// fieldInt reads the number after name in s, -1 when there is none.
+func fieldInt(s, name string) int64 {
+	_, rest, ok := strings.Cut(s, name)
+	if !ok {
+		return -1
+	}
+	end := 0
+	for end < len(rest) && isDigit(rest[end]) {
+		end++
+	}
+	n, err := strconv.ParseInt(rest[:end], 10, 64)
+	if err != nil {
+		return -1
+	}
+	return n
 }
 
 // parseHeapNo reads N from "Record lock, heap no N ...".
@@ -267,7 +305,7 @@ func transactionEnd(line string) bool {
 
 // parseTransaction reads one ---TRANSACTION block; header is its first line.
 func parseTransaction(r *lineReader, header string, st *Status) (StatusTransaction, bool) {
-	var t StatusTransaction
+	t := StatusTransaction{WaitMicros: -1}
 	rest := strings.TrimPrefix(header, "---TRANSACTION ")
 	id, state, _ := strings.Cut(rest, ", ")
 	t.TrxID = strings.TrimSpace(id)
@@ -300,6 +338,7 @@ func parseTransaction(r *lineReader, header string, st *Status) (StatusTransacti
 		switch {
 		case strings.HasPrefix(line, "------- TRX HAS BEEN WAITING"):
 			waiting, waitSet, cur, inQuery = true, &lockSet{}, nil, false
+			t.WaitMicros = parseWaited(strings.TrimPrefix(line, "------- TRX HAS BEEN WAITING "))
 		case strings.HasPrefix(line, "TABLE LOCK ") || strings.HasPrefix(line, "RECORD LOCKS "):
 			inQuery = false
 			l, ok := parseLockLine(line)
@@ -316,6 +355,9 @@ func parseTransaction(r *lineReader, header string, st *Status) (StatusTransacti
 					t.LocksListed = true
 				}
 				target.add(l.lock(false, 1))
+				if !waiting {
+					t.Granted = append(t.Granted, LockRef{TrxID: l.trxID, Table: l.table, Heap: -1, Space: -1, Page: -1, Mode: l.mode})
+				}
 				cur = nil
 				continue
 			}
@@ -336,6 +378,9 @@ func parseTransaction(r *lineReader, header string, st *Status) (StatusTransacti
 			target := &locks
 			if waiting {
 				target = waitSet
+			} else if !cur.w {
+				t.Granted = append(t.Granted, LockRef{TrxID: cur.trxID, Table: cur.table, Space: cur.space, Page: cur.page,
+					Heap: int64(heap), Mode: cur.mode})
 			}
 			target.add(cur.lock(heap == 1, 1))
 		case strings.Contains(line, "LOCKS PRINTED FOR THIS TRX"):
@@ -379,6 +424,23 @@ func parseTransaction(r *lineReader, header string, st *Status) (StatusTransacti
 		t.LocksPartial = t.LocksPartial || t.LocksListed
 	}
 	return t, true
+}
+
+// parseWaited reads "506758 us FOR THIS LOCK..." (MariaDB) or "5 SEC FOR
+// THIS LOCK..." (MySQL) into microseconds, -1 when it cannot.
+func parseWaited(s string) int64 {
+	num, unit, _ := strings.Cut(s, " ")
+	n, err := strconv.ParseInt(num, 10, 64)
+	if err != nil {
+		return -1
+	}
+	switch {
+	case strings.HasPrefix(unit, "us"):
+		return n
+	case strings.HasPrefix(unit, "SEC"):
+		return n * 1e6
+	}
+	return -1
 }
 
 // parseActive reads "ACTIVE 3 sec starting index read" (or "ACTIVE

@@ -39,10 +39,14 @@ func TestTagOf(t *testing.T) {
 		{"only a boundary seen", "", h("/* conn_tag:old */ UPDATE t SET v = 1", "COMMIT", "BEGIN"), UnknownTag, ""},
 		{"nothing seen", "", nil, UnknownTag, ""},
 		{"running untagged, history tagged", "SELECT 2", h("BEGIN", "/* conn_tag:d */ SELECT 1"), "d", "SELECT ?"},
+		{"conntag's untagged is no tag", "SELECT SLEEP(5) /* conn_tag:untagged */", h("BEGIN", "/* conn_tag:f */ UPDATE t SET v = 1"),
+			"f", "SELECT SLEEP(...)"},
+		{"a cut running statement is unknown", "UPDATE t SET v = 1 WHERE id IN (" + strings.Repeat("1, ", 400), nil, UnknownTag,
+			Normalize("UPDATE t SET v = 1 WHERE id IN (" + strings.Repeat("1, ", 400))},
 		{"ROLLBACK TO SAVEPOINT is no boundary", "", h("BEGIN", "/* conn_tag:e */ SELECT 1", "ROLLBACK TO SAVEPOINT s"),
 			"e", "ROLLBACK TO SAVEPOINT s"},
 	} {
-		tag, stmt := tagOf(parseLeading, tc.running, tc.hist)
+		tag, _, stmt := tagOf(parseLeading, tc.running, tc.hist)
 		if tag != tc.tag || stmt != tc.stmt {
 			t.Errorf("%s: tag %q statement %q, want %q %q", tc.name, tag, stmt, tc.tag, tc.stmt)
 		}

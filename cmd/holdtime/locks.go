@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -105,7 +106,13 @@ func (l *locksCmd) validate() error {
 	}
 	name, dsn, _, err := targetName("mysql", l.mysqlDSN)
 	if err != nil {
-		return err
+		// locks reads one server: it needs no target name, and shows the
+		// address (a socket path, a long host name) instead.
+		cfg, perr := mysql.ParseDSN(l.mysqlDSN)
+		if perr != nil {
+			return err
+		}
+		name, dsn = cfg.Addr, l.mysqlDSN
 	}
 	l.target, l.dsn = name, dsn
 	if l.interval < 200*time.Millisecond {
@@ -289,12 +296,12 @@ func (l *locksCmd) render(doc locksDoc) error {
 
 	fmt.Fprintf(w, "\nTRANSACTIONS  %d open\n", len(s.Transactions))
 	for _, t := range s.Transactions {
-		fmt.Fprintf(w, "  %s  thread %d  trx %s  %.0fs  %s  %s  %d rows locked\n", t.Tag, t.ThreadID, t.TrxID,
-			t.AgeSeconds, t.State, t.Isolation, t.RowsLocked)
+		fmt.Fprintf(w, "  %s  thread %d  %s  %.0fs  %s  %s  %d rows locked%s\n", tagSet(t.Tag, t.Tags), t.ThreadID,
+			trxLabel(t.TrxID), t.AgeSeconds, t.State, t.Isolation, t.RowsLocked, who(t.User, t.Host, t.DB))
 		if t.Statement != "" {
 			what := "running"
 			if t.Idle {
-				what = "idle; last"
+				what = fmt.Sprintf("idle %.3fs; last", t.IdleSeconds)
 			}
 			fmt.Fprintf(w, "    %s: %s\n", what, shorten(t.Statement, 100))
 		}
@@ -318,16 +325,7 @@ func (l *locksCmd) render(doc locksDoc) error {
 		}
 	}
 
-	fmt.Fprintf(w, "\nLOCK WAITS  %d\n", len(s.Waits))
-	for _, x := range s.Waits {
-		lock := "lock unknown"
-		if x.Lock != nil {
-			lock = x.Lock.Table + " " + x.Lock.Index + " " + string(x.Lock.Kind) + " " + x.Lock.Mode
-		}
-		fmt.Fprintf(w, "  %s (thread %d) waits %.0fs for %s (thread %d): %s\n", x.Waiting.Tag, x.Waiting.ThreadID,
-			x.WaitSeconds, x.Blocking.Tag, x.Blocking.ThreadID, lock)
-	}
-
+	l.renderChains(w, s)
 	if len(s.RowLocksPerRow) > 0 {
 		fmt.Fprintln(w, "\nROW LOCKS PER ROW (records locked in every index / rows locked in the clustered index)")
 		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
@@ -408,7 +406,11 @@ func (l *locksCmd) renderDeadlocks(w io.Writer, doc locksDoc) {
 				others = append(others, fmt.Sprintf("%s (thread %d)", t.Tag, t.ThreadID))
 			}
 		}
-		fmt.Fprintf(w, "  %s (server time)  victim %s, rolled back; with %s\n", d.At, d.VictimTag(), strings.Join(others, ", "))
+		at := d.At + " (server time, zone unknown)"
+		if d.Time != nil {
+			at = d.Time.Format("2006-01-02 15:04:05 -07:00")
+		}
+		fmt.Fprintf(w, "  %s  victim %s, rolled back; with %s\n", at, d.VictimTag(), strings.Join(others, ", "))
 		for _, t := range d.Transactions {
 			victim := ""
 			if t.Victim {
@@ -423,6 +425,91 @@ func (l *locksCmd) renderDeadlocks(w io.Writer, doc locksDoc) {
 			}
 		}
 	}
+}
+
+// renderChains prints the lock waits as trees from their root blockers,
+// with the statement that would end each root: printed, never run.
+func (l *locksCmd) renderChains(w io.Writer, s *locks.Snapshot) {
+	fmt.Fprintf(w, "\nLOCK WAITS  %d", len(s.Waits))
+	if len(s.Chains) > 0 {
+		fmt.Fprintf(w, " in %d chain(s)", len(s.Chains))
+	}
+	fmt.Fprintln(w)
+	for _, c := range s.Chains {
+		r := c.Root
+		if r.ThreadID == 0 {
+			fmt.Fprintf(w, "  root unknown (trx id %s is not one session's; see NOTES)  holds up %d\n", r.TrxID, c.HeldUp)
+		} else {
+			state := "running"
+			if r.Idle {
+				state = fmt.Sprintf("idle %.3fs", r.IdleSeconds)
+			}
+			fmt.Fprintf(w, "  root %s  thread %d  %s%s  holds up %d session(s)\n", tagSet(r.Tag, r.Tags), r.ThreadID, state,
+				who(r.User, r.Host, r.DB), c.HeldUp)
+			if r.Statement != "" {
+				fmt.Fprintf(w, "    %s: %s\n", map[bool]string{true: "last", false: "running"}[r.Idle], shorten(r.Statement, 100))
+			}
+			fmt.Fprintf(w, "    to end it: %s   (printed, not run)\n", c.Kill)
+		}
+		renderNodes(w, c.Waiters, "    ")
+	}
+}
+
+func renderNodes(w io.Writer, nodes []locks.ChainNode, indent string) {
+	for _, n := range nodes {
+		x := n.Session
+		lock := "lock unknown"
+		if n.Lock != nil {
+			lock = strings.TrimSpace(n.Lock.Table + " " + n.Lock.Index + " " + string(n.Lock.Kind))
+		}
+		if n.LockData != "" {
+			lock += " (" + n.LockData + ")"
+		}
+		modes := ""
+		if n.WaitingMode != "" || n.BlockingMode != "" {
+			modes = fmt.Sprintf(" wants %s, held %s", cmp.Or(n.WaitingMode, "?"), cmp.Or(n.BlockingMode, "?"))
+		} else if n.Lock != nil {
+			modes = " wants " + n.Lock.Mode
+		}
+		fmt.Fprintf(w, "%s└─ %s  thread %d  waits %.3fs for %s%s%s\n", indent, tagSet(x.Tag, x.Tags), x.ThreadID,
+			n.WaitSeconds, lock, modes, who(x.User, x.Host, x.DB))
+		if x.Statement != "" {
+			fmt.Fprintf(w, "%s     running: %s\n", indent, shorten(x.Statement, 100))
+		}
+		renderNodes(w, n.Waiters, indent+"   ")
+	}
+}
+
+// tagSet is a transaction's tag, or its tags when its statements carried
+// several.
+func tagSet(tag string, tags []string) string {
+	if len(tags) > 1 {
+		return strings.Join(tags, "+")
+	}
+	return tag
+}
+
+// trxLabel tells a transaction holding only shared locks (MariaDB's trx id
+// 0, shared by all such) from one with its own id.
+func trxLabel(id string) string {
+	if id == "0" {
+		return "read-only trx (no trx id)"
+	}
+	return "trx " + id
+}
+
+func who(user, host, db string) string {
+	if user == "" && host == "" && db == "" {
+		return ""
+	}
+	out := "  " + user
+	if host != "" {
+		out += "@" + host
+	}
+	if db != "" {
+		out += " db " + db
+	}
+	return out
 }
 
 func shorten(s string, n int) string {

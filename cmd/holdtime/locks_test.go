@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
 	"strings"
 	"sync"
@@ -405,5 +406,121 @@ func TestLocksPrivileges(t *testing.T) {
 	}
 	if msg := stderr.String(); !strings.Contains(msg, "PROCESS") || strings.Contains(msg, "pw-s3cret") {
 		t.Errorf("error %q: want the PROCESS privilege named, no password", msg)
+	}
+}
+
+// TestLocksWithoutName (issue 23, defect 6): locks reads one server, so a
+// DSN whose address cannot be a target name (a unix socket path) needs no
+// NAME= in front.
+func TestLocksWithoutName(t *testing.T) {
+	sc := newLockScene(t)
+	var socket string
+	if err := sc.admin.QueryRow("SELECT @@socket").Scan(&socket); err != nil || socket == "" {
+		t.Skipf("no unix socket: %v", err)
+	}
+	cfg := sc.d.Config()
+	cfg.Net, cfg.Addr = "unix", socket
+	out, _ := runLocks(t, "--mysql", cfg.FormatDSN())
+	if !strings.Contains(out, "TRANSACTIONS") {
+		t.Errorf("output:\n%s", out)
+	}
+}
+
+// chainTx is a tagged transaction on its own connection.
+type chainTx struct {
+	id   int64
+	ctx  context.Context
+	conn *sql.Conn
+	tx   *sql.Tx
+}
+
+func (sc *lockScene) begin(tag string) *chainTx {
+	sc.t.Helper()
+	x := &chainTx{ctx: conntag.WithTag(context.Background(), tag)}
+	var err error
+	if x.conn, err = sc.tagged.Conn(x.ctx); err != nil {
+		sc.t.Fatal(err)
+	}
+	if err := x.conn.QueryRowContext(x.ctx, "SELECT CONNECTION_ID()").Scan(&x.id); err != nil {
+		sc.t.Fatal(err)
+	}
+	if x.tx, err = x.conn.BeginTx(x.ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted}); err != nil {
+		sc.t.Fatal(err)
+	}
+	sc.t.Cleanup(x.end)
+	return x
+}
+
+func (x *chainTx) end() { x.tx.Rollback(); x.conn.Close() }
+
+// TestLocksChain (issue 23, done-when): root -> two waiters -> one waiting
+// on a waiter shows as one tree with the right root, its KILL printed, in
+// the text view and in --json.
+func TestLocksChain(t *testing.T) {
+	sc := newLockScene(t)
+	if sc.d.Target.Flavor == testenv.MariaDB {
+		sc.setLockOutput(true)
+	}
+	if _, err := sc.admin.Exec("CREATE TABLE r (id INT PRIMARY KEY, v INT NOT NULL) ENGINE=InnoDB"); err != nil {
+		t.Fatal(err)
+	}
+	sc.admin.Exec("INSERT INTO r VALUES (1, 0), (2, 0), (3, 0)")
+	root := sc.begin("chain_root")
+	if _, err := root.tx.ExecContext(root.ctx, "UPDATE r SET v = v + 1 WHERE id IN (1, 3)"); err != nil {
+		t.Fatal(err)
+	}
+	first := sc.begin("first_waiter")
+	if _, err := first.tx.ExecContext(first.ctx, "UPDATE r SET v = v + 1 WHERE id = 2"); err != nil {
+		t.Fatal(err)
+	}
+	second, behind := sc.begin("second_waiter"), sc.begin("behind_waiter")
+	var wg sync.WaitGroup
+	for _, w := range []struct {
+		x  *chainTx
+		id int
+	}{{first, 1}, {second, 3}, {behind, 2}} {
+		wg.Go(func() {
+			w.x.tx.ExecContext(w.x.ctx, "UPDATE r SET v = v + 1 WHERE id = ?", w.id)
+			w.x.end()
+		})
+	}
+	t.Cleanup(func() { root.end(); wg.Wait() })
+	var doc struct {
+		locks.Snapshot
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		out, _ := runLocks(t, "--mysql", sc.d.DSN(), "--json")
+		if err := json.Unmarshal([]byte(out), &doc); err != nil {
+			t.Fatal(err)
+		}
+		if len(doc.Waits) == 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("3 waits not seen: %s", out)
+		}
+		time.Sleep(150 * time.Millisecond) // INNODB_TRX's cache refreshes after 100 ms without a read
+	}
+	if len(doc.Chains) != 1 || doc.Chains[0].Root.ThreadID != root.id || doc.Chains[0].HeldUp != 3 ||
+		len(doc.Chains[0].Waiters) != 2 {
+		t.Fatalf("--json chains %+v: want one, rooted at thread %d, holding up 3", doc.Chains, root.id)
+	}
+	text, _ := runLocks(t, "--mysql", sc.d.DSN())
+	kill := fmt.Sprintf("KILL %d", root.id)
+	for _, want := range []string{"in 1 chain(s)", fmt.Sprintf("root chain_root  thread %d  idle ", root.id),
+		"holds up 3 session(s)", kill + "   (printed, not run)",
+		fmt.Sprintf("    └─ first_waiter  thread %d  waits ", first.id),
+		fmt.Sprintf("       └─ behind_waiter  thread %d  waits ", behind.id),
+		fmt.Sprintf("    └─ second_waiter  thread %d  waits ", second.id), "record (1) wants X, held X"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("text view lacks %q:\n%s", want, text)
+		}
+	}
+	// Printed, never run: the root is still there.
+	var n int
+	sc.admin.QueryRow("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = ?", root.id).Scan(&n)
+	if n != 1 {
+		t.Errorf("the root's session is gone")
 	}
 }

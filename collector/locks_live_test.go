@@ -451,3 +451,77 @@ func TestDeadlocksCountedOnce(t *testing.T) {
 	}
 	t.Logf("50 deadlocks in %v", time.Since(start))
 }
+
+// TestLockChainMetrics (issue 23, done-when): the four-tag chain (root ->
+// two waiters -> one waiting on a waiter) reads in holdtime_mysql_lock_waits
+// as one tree: every edge once, and one tag that blocks without waiting,
+// the root.
+func TestLockChainMetrics(t *testing.T) {
+	d, c, polls := liveLocks(t, 300*time.Millisecond)
+	db := d.Open(t)
+	db.SetMaxOpenConns(8)
+	ctx := context.Background()
+	for _, q := range []string{"CREATE TABLE r (id INT PRIMARY KEY, v INT NOT NULL) ENGINE=InnoDB",
+		"INSERT INTO r VALUES (1, 0), (2, 0), (3, 0)"} {
+		if _, err := db.ExecContext(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	begin := func(q string) *sql.Tx {
+		x, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if q != "" {
+			if _, err := x.ExecContext(ctx, q); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return x
+	}
+	root := begin("UPDATE r SET v = v + 1 WHERE id IN (1, 3) /* conn_tag:chain_root */")
+	first := begin("UPDATE r SET v = v + 1 WHERE id = 2 /* conn_tag:first_waiter */")
+	second, behind := begin(""), begin("")
+	var wg sync.WaitGroup
+	for _, w := range []struct {
+		x   *sql.Tx
+		tag string
+		id  int
+	}{{first, "first_waiter", 1}, {second, "second_waiter", 3}, {behind, "behind_waiter", 2}} {
+		wg.Go(func() {
+			w.x.ExecContext(ctx, fmt.Sprintf("UPDATE r SET v = v + 1 WHERE id = %d /* conn_tag:%s */", w.id, w.tag))
+			w.x.Rollback()
+		})
+	}
+	t.Cleanup(func() { root.Rollback(); wg.Wait() })
+	want := map[string]float64{
+		`blocker_tag="chain_root",target="db",waiter_tag="first_waiter"`:    1,
+		`blocker_tag="chain_root",target="db",waiter_tag="second_waiter"`:   1,
+		`blocker_tag="first_waiter",target="db",waiter_tag="behind_waiter"`: 1,
+	}
+	var got map[string]float64
+	for range 100 {
+		polls.wait(t, "db", SourceMySQL, 1)
+		if got = seriesOf(t, c, "holdtime_mysql_lock_waits"); len(got) >= 3 {
+			break
+		}
+	}
+	if !maps.Equal(got, want) {
+		t.Fatalf("holdtime_mysql_lock_waits %v, want %v", got, want)
+	}
+	blockers, waiters := map[string]bool{}, map[string]bool{}
+	for k := range got {
+		b, _, _ := strings.Cut(strings.TrimPrefix(k, `blocker_tag="`), `"`)
+		_, w, _ := strings.Cut(k, `waiter_tag="`)
+		blockers[b], waiters[strings.TrimSuffix(w, `"`)] = true, true
+	}
+	var roots []string
+	for b := range blockers {
+		if !waiters[b] {
+			roots = append(roots, b)
+		}
+	}
+	if len(roots) != 1 || roots[0] != "chain_root" {
+		t.Errorf("roots %v, want [chain_root]", roots)
+	}
+}

@@ -244,3 +244,49 @@ func TestDeadlockBetweenCounterAndStatus(t *testing.T) {
 			len(fresh1), len(fresh2), unnamed1, unnamed2)
 	}
 }
+
+// TestMetadataLockWait: an ALTER TABLE waits for the metadata lock an idle
+// transaction holds since it read the table; both sides are named by tag
+// where the server records metadata locks (the instrument is turned on for
+// the test, and back), and the note says how to turn it on when off.
+func TestMetadataLockWait(t *testing.T) {
+	e := setup(t)
+	admin := e.d.Target.Admin()
+	var was string
+	if err := admin.QueryRow(`SELECT ENABLED FROM performance_schema.setup_instruments WHERE NAME = 'wait/lock/metadata/sql/mdl'`).Scan(&was); err != nil {
+		t.Skipf("performance_schema: %v", err)
+	}
+	if was != "YES" {
+		s := e.read()
+		found := false
+		for _, n := range s.Notes {
+			found = found || strings.Contains(n, locks.EnableMDLInstrument)
+		}
+		if !found {
+			t.Errorf("instrument off, no note with the statement that turns it on: %q", s.Notes)
+		}
+	}
+	if _, err := admin.Exec(locks.EnableMDLInstrument); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		admin.Exec(`UPDATE performance_schema.setup_instruments SET ENABLED = ?, TIMED = ? WHERE NAME = 'wait/lock/metadata/sql/mdl'`, was, was)
+	})
+	e.exec("CREATE TABLE m (id INT PRIMARY KEY) ENGINE=InnoDB")
+	reader := e.begin("report_reader", sql.LevelReadCommitted)
+	reader.rows("SELECT id FROM m")
+	ddl := e.begin("schema_change", sql.LevelReadCommitted)
+	done := make(chan error, 1)
+	go func() {
+		_, err := ddl.conn.ExecContext(ddl.ctx, "ALTER TABLE m ADD COLUMN note INT")
+		done <- err
+	}()
+	t.Cleanup(func() { reader.end(); <-done })
+	s := e.readUntil("the metadata-lock wait", func(s *locks.Snapshot) bool { return len(s.MetadataWaits) > 0 })
+	m := s.MetadataWaits[0]
+	if m.Waiting.ThreadID != ddl.id || m.Waiting.Tag != "schema_change" || m.Blocking.ThreadID != reader.id ||
+		m.Blocking.Tag != "report_reader" || !strings.HasSuffix(m.Object, e.d.Name+".m") || m.BlockingDuration != "TRANSACTION" {
+		t.Errorf("metadata wait %+v: want schema_change (thread %d) waiting for report_reader (thread %d) on %s.m",
+			m, ddl.id, reader.id, e.d.Name)
+	}
+}

@@ -86,6 +86,25 @@ const (
 		`COALESCE(PROCESSLIST_DB, ''), COALESCE(PROCESSLIST_COMMAND, ''), COALESCE(PROCESSLIST_TIME, 0) ` +
 		`FROM performance_schema.threads WHERE PROCESSLIST_ID IN (`
 
+	// Metadata-lock waits, as sys.schema_table_lock_waits pairs them: every
+	// pending lock with every lock granted to another session on the same
+	// object. MariaDB fills metadata_locks only with the instrument
+	// wait/lock/metadata/sql/mdl enabled (off by default; MySQL 8 has it
+	// on): queryMDLInstrument asks first.
+	queryMDLInstrument = `SELECT ENABLED FROM performance_schema.setup_instruments WHERE NAME = 'wait/lock/metadata/sql/mdl'`
+	queryMDLWaits      = `SELECT COALESCE(wt.PROCESSLIST_ID, 0), COALESCE(gt.PROCESSLIST_ID, 0), w.OBJECT_TYPE, ` +
+		`COALESCE(w.OBJECT_SCHEMA, ''), COALESCE(w.OBJECT_NAME, ''), w.LOCK_TYPE, g.LOCK_TYPE, g.LOCK_DURATION, ` +
+		`wt.PROCESSLIST_INFO, gt.PROCESSLIST_INFO, COALESCE(wt.PROCESSLIST_TIME, 0), COALESCE(gt.PROCESSLIST_COMMAND, ''), ` +
+		`COALESCE(gt.PROCESSLIST_TIME, 0), COALESCE(wt.PROCESSLIST_USER, ''), COALESCE(wt.PROCESSLIST_HOST, ''), ` +
+		`COALESCE(gt.PROCESSLIST_USER, ''), COALESCE(gt.PROCESSLIST_HOST, '') ` +
+		`FROM performance_schema.metadata_locks w ` +
+		`JOIN performance_schema.metadata_locks g ON g.OBJECT_TYPE = w.OBJECT_TYPE ` +
+		`AND g.OBJECT_SCHEMA <=> w.OBJECT_SCHEMA AND g.OBJECT_NAME <=> w.OBJECT_NAME ` +
+		`AND g.LOCK_STATUS = 'GRANTED' AND g.OWNER_THREAD_ID <> w.OWNER_THREAD_ID ` +
+		`LEFT JOIN performance_schema.threads wt ON wt.THREAD_ID = w.OWNER_THREAD_ID ` +
+		`LEFT JOIN performance_schema.threads gt ON gt.THREAD_ID = g.OWNER_THREAD_ID ` +
+		`WHERE w.LOCK_STATUS = 'PENDING' AND COALESCE(wt.PROCESSLIST_ID, 0) <> CONNECTION_ID()`
+
 	// What performance_schema records, asked only when a tag stayed
 	// unknown: the note then names the consumer to turn on.
 	queryConsumers = `SELECT NAME, ENABLED FROM performance_schema.setup_consumers ` +

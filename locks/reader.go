@@ -106,6 +106,9 @@ type Snapshot struct {
 	// Chains are the waits as trees, one per root blocker (a session that
 	// blocks others and waits for none), the root holding up most first.
 	Chains []Chain `json:"chains"`
+	// MetadataWaits are sessions waiting for metadata locks (DDL behind
+	// open transactions), where the server records them (see Notes).
+	MetadataWaits []MetadataWait `json:"metadata_waits"`
 	// LatestDeadlock is the server's LATEST DETECTED DEADLOCK (nil: none
 	// since it started). Use Deadlocks to report each one once.
 	LatestDeadlock *Deadlock `json:"latest_deadlock,omitempty"`
@@ -238,7 +241,8 @@ func (r *Reader) Read(ctx context.Context) (*Snapshot, error) {
 		return nil, fmt.Errorf("locks: connect: %w", err)
 	}
 	defer conn.Close()
-	s := &Snapshot{At: time.Now(), Waits: []Wait{}, Transactions: []Transaction{}, Hints: []Hint{}, Notes: []string{}}
+	s := &Snapshot{At: time.Now(), Waits: []Wait{}, Transactions: []Transaction{}, Hints: []Hint{}, Notes: []string{},
+		MetadataWaits: []MetadataWait{}}
 	if s.Server, err = r.serverOf(ctx, conn); err != nil {
 		return nil, err
 	}
@@ -316,6 +320,9 @@ func (r *Reader) Read(ctx context.Context) (*Snapshot, error) {
 		s.Notes = append(s.Notes, unresolvedNote(unresolved, !s.LockOutput.Needed || s.LockOutput.Enabled))
 	}
 	s.Chains = Chains(s.Waits)
+	if err := r.readMetadataWaits(ctx, conn, s); err != nil {
+		return nil, err
+	}
 	for _, t := range trx {
 		s.Transactions = append(s.Transactions, *t)
 	}
@@ -488,7 +495,7 @@ func statementTag(parse func(string) (string, bool), q string, limit int) (tag s
 // readTags names every transaction's tags from its running statement and
 // its session's statement history, and normalises its statement.
 func (r *Reader) readTags(ctx context.Context, conn *sql.Conn, trx []*Transaction, s *Snapshot) error {
-	history := map[int64][]histStmt{}
+	var history map[int64][]histStmt
 	var ids []string
 	for _, t := range trx {
 		if t.ThreadID > 0 {
@@ -497,26 +504,12 @@ func (r *Reader) readTags(ctx context.Context, conn *sql.Conn, trx []*Transactio
 	}
 	historyErr := ""
 	if len(ids) > 0 {
-		rows, err := conn.QueryContext(ctx, queryHistoryPrefix+strings.Join(ids, ", ")+")")
-		if err != nil {
+		var err error
+		if history, err = r.readHistory(ctx, conn, ids); err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
 			historyErr = oneLine(err)
-		} else {
-			for rows.Next() {
-				var id, event int64
-				var text string
-				if err := rows.Scan(&id, &event, &text); err != nil {
-					continue
-				}
-				history[id] = append(history[id], histStmt{event: event, text: text})
-			}
-			err := rows.Err()
-			rows.Close()
-			if err != nil {
-				return fmt.Errorf("locks: read statement history: %w", err)
-			}
 		}
 	}
 	unknownIdle := 0
@@ -560,6 +553,25 @@ func (r *Reader) unknownTagNote(ctx context.Context, conn *sql.Conn, n int, hist
 	return head + "none of the statements events_statements_history keeps of their sessions (the last " +
 		"performance_schema_events_statements_history_size, 10 by default) is theirs, or they ran as server-side " +
 		"prepared statements, whose text MariaDB does not record (use interpolateParams=true)"
+}
+
+// readHistory reads the statement history of the sessions ids.
+func (r *Reader) readHistory(ctx context.Context, conn *sql.Conn, ids []string) (map[int64][]histStmt, error) {
+	history := map[int64][]histStmt{}
+	rows, err := conn.QueryContext(ctx, queryHistoryPrefix+strings.Join(ids, ", ")+")")
+	if err != nil {
+		return history, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id, event int64
+		var text string
+		if err := rows.Scan(&id, &event, &text); err != nil {
+			continue
+		}
+		history[id] = append(history[id], histStmt{event: event, text: text})
+	}
+	return history, rows.Err()
 }
 
 type histStmt struct {

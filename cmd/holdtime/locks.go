@@ -453,6 +453,25 @@ func (l *locksCmd) renderChains(w io.Writer, s *locks.Snapshot) {
 		}
 		renderNodes(w, c.Waiters, "    ")
 	}
+	if len(s.MetadataWaits) > 0 {
+		fmt.Fprintf(w, "\nMETADATA LOCK WAITS  %d\n", len(s.MetadataWaits))
+	}
+	for _, m := range s.MetadataWaits {
+		state := "running"
+		if m.Blocking.Idle {
+			state = fmt.Sprintf("idle %.0fs", m.Blocking.IdleSeconds)
+		}
+		fmt.Fprintf(w, "  %s  thread %d  waits %.0fs for %s %s, held %s (%s) by %s  thread %d  %s  to end it: KILL %d   (printed, not run)\n",
+			tagSet(m.Waiting.Tag, m.Waiting.Tags), m.Waiting.ThreadID, m.WaitSeconds, m.WaitingType, m.Object,
+			m.BlockingType, strings.ToLower(m.BlockingDuration), tagSet(m.Blocking.Tag, m.Blocking.Tags),
+			m.Blocking.ThreadID, state, m.Blocking.ThreadID)
+		if m.Waiting.Statement != "" {
+			fmt.Fprintf(w, "    waiting: %s\n", shorten(m.Waiting.Statement, 100))
+		}
+		if m.Blocking.Statement != "" {
+			fmt.Fprintf(w, "    holder's last: %s\n", shorten(m.Blocking.Statement, 100))
+		}
+	}
 }
 
 func renderNodes(w io.Writer, nodes []locks.ChainNode, indent string) {

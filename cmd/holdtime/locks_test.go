@@ -507,6 +507,7 @@ func TestLocksChain(t *testing.T) {
 		t.Fatalf("--json chains %+v: want one, rooted at thread %d, holding up 3", doc.Chains, root.id)
 	}
 	text, _ := runLocks(t, "--mysql", sc.d.DSN())
+	t.Logf("the view (README's capture):\n%s", text)
 	kill := fmt.Sprintf("KILL %d", root.id)
 	for _, want := range []string{"in 1 chain(s)", fmt.Sprintf("root chain_root  thread %d  idle ", root.id),
 		"holds up 3 session(s)", kill + "   (printed, not run)",

@@ -1,0 +1,159 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"io"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/holdtime/holdtime/testenv"
+)
+
+// started is a holdtime process a test signals.
+type started struct {
+	cmd    *exec.Cmd
+	mu     sync.Mutex
+	out    bytes.Buffer
+	errOut bytes.Buffer
+	lines  chan string
+	done   chan struct{}
+}
+
+func (s *started) output() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.out.String()
+}
+
+// startHoldtime runs the binary with args and returns once it printed a
+// line containing ready.
+func startHoldtime(t *testing.T, bin, ready string, args ...string) *started {
+	t.Helper()
+	s := &started{cmd: exec.Command(bin, args...), lines: make(chan string, 100), done: make(chan struct{})}
+	stdout, err := s.cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.cmd.Stderr = &s.errOut
+	if err := s.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.cmd.Process.Kill(); <-s.done })
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			s.mu.Lock()
+			s.out.WriteString(sc.Text() + "\n")
+			s.mu.Unlock()
+			select {
+			case s.lines <- sc.Text():
+			default:
+			}
+		}
+		_, _ = io.Copy(io.Discard, stdout)
+		_ = s.cmd.Wait()
+		close(s.done)
+	}()
+	deadline := time.After(60 * time.Second)
+	for {
+		select {
+		case l := <-s.lines:
+			if strings.Contains(l, ready) {
+				return s
+			}
+		case <-s.done:
+			t.Fatalf("%v ended before %q: %s%s", args, ready, s.output(), s.errOut.String())
+		case <-deadline:
+			t.Fatalf("%v printed no %q in 60 s: %s", args, ready, s.output())
+		}
+	}
+}
+
+func (s *started) waitLine(t *testing.T, want string) {
+	t.Helper()
+	deadline := time.After(30 * time.Second)
+	for {
+		select {
+		case l := <-s.lines:
+			if strings.Contains(l, want) {
+				return
+			}
+		case <-s.done:
+			return
+		case <-deadline:
+			t.Fatalf("no %q in 30 s: %s", want, s.output())
+		}
+	}
+}
+
+// signal sends sig (twice when twice) and returns the exit code and how
+// long the process took to end after the first.
+func (s *started) signal(t *testing.T, sig syscall.Signal, twice bool) (int, time.Duration) {
+	t.Helper()
+	start := time.Now()
+	for len(s.lines) > 0 {
+		<-s.lines // lines printed before the signal
+	}
+	if err := s.cmd.Process.Signal(sig); err != nil {
+		t.Fatal(err)
+	}
+	if twice {
+		// Signals of one kind do not queue: the second is sent once the
+		// first has been acted on (the command says it is stopping).
+		s.waitLine(t, "stopping")
+		_ = s.cmd.Process.Signal(sig)
+	}
+	select {
+	case <-s.done:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("still running 30 s after %v", sig)
+	}
+	took := time.Since(start)
+	var ee *exec.ExitError
+	if err := s.cmd.Wait(); err != nil && !errors.As(err, &ee) && s.cmd.ProcessState == nil {
+		t.Fatal(err)
+	}
+	return s.cmd.ProcessState.ExitCode(), took
+}
+
+// TestSignalsEndEveryCommandTheSameWay: SIGINT ends a command with 130 and
+// SIGTERM with 143, within a second, after it said what it stopped; a second
+// Ctrl-C forces the exit.
+func TestSignalsEndEveryCommandTheSameWay(t *testing.T) {
+	bin := buildHoldtime(t)
+	for _, tc := range []struct {
+		sig  syscall.Signal
+		code int
+	}{{syscall.SIGINT, 130}, {syscall.SIGTERM, 143}} {
+		t.Run("collect "+tc.sig.String(), func(t *testing.T) {
+			s := startHoldtime(t, bin, "serving on", "collect", "--otlp", "--listen", "127.0.0.1:0")
+			code, took := s.signal(t, tc.sig, false)
+			if code != tc.code || took > time.Second || !strings.Contains(s.output(), "holdtime collect: stopped") {
+				t.Errorf("exit %d after %v, want %d within 1 s having said it stopped: %s%s", code, took, tc.code, s.output(), s.errOut.String())
+			}
+		})
+	}
+	t.Run("testenv up, Ctrl-C twice", func(t *testing.T) {
+		testenv.Require(t)
+		s := startHoldtime(t, bin, "ready:", "testenv", "up", "--proxysql=false")
+		code, took := s.signal(t, syscall.SIGINT, true)
+		if code != 130 || took > time.Second || !strings.Contains(s.errOut.String(), "again: exiting now") {
+			t.Errorf("exit %d after %v, want 130 at once saying why: %s%s", code, took, s.output(), s.errOut.String())
+		}
+	})
+	t.Run("testenv up, SIGINT", func(t *testing.T) {
+		testenv.Require(t)
+		s := startHoldtime(t, bin, "ready:", "testenv", "up", "--proxysql=false")
+		code, took := s.signal(t, syscall.SIGINT, false)
+		if code != 130 || took > 10*time.Second || !strings.Contains(s.output(), "stopping") {
+			t.Errorf("exit %d after %v, want 130 after stopping its server: %s%s", code, took, s.output(), s.errOut.String())
+		}
+		t.Logf("testenv up stopped its server in %v", took)
+	})
+}

@@ -22,12 +22,17 @@
 //   - Snapshot.LocksByTagKind: locks held and waited for per tag and Kind,
 //     a bounded label set (tags times the 8 Kinds, never index names);
 //   - Transactions (count, oldest AgeSeconds, RowsLocked per Tag) and Waits
-//     (Waiting.Tag, Blocking.Tag);
+//     (Waiting.Tag, Blocking.Tag), or Chains (one tree per root blocker,
+//     HeldUp sessions behind it);
 //   - Deadlocks.Observe: each new deadlock once, as victim_tag =
-//     Deadlock.VictimTag() and other_tag = Deadlock.OtherTags(); unnamed
-//     counts deadlocks the server counted between two reads that no read
-//     showed (the server keeps only the latest): export them with unknown
-//     tags rather than drop them;
+//     Deadlock.VictimTag() and other_tag = Deadlock.OtherTag() (the other
+//     tags, sorted, joined by ",": a three-way deadlock is one deadlock);
+//     unnamed counts deadlocks the server counted that no read showed and
+//     none ever will (the server keeps only the latest): export them with
+//     unknown tags rather than drop them. Named plus unnamed equals the
+//     server's counter delta: Read reads the counter before the status
+//     text, and Observe keeps the balance, so a deadlock that lands between
+//     the two is named by this read and not counted again by the next;
 //   - Saturation: ThreadsRunning, ThreadsConnected, MaxConnections, and
 //     Queued (statements waiting for a thread) when QueueKnown;
 //   - StatusTruncated and Notes, so a partial figure is never taken for a
@@ -37,18 +42,56 @@
 //
 // # Tags
 //
-// A transaction's tag is its running statement's, else the latest tagged
-// statement of its session since the transaction began, from
+// A transaction's tag is the tag of the statements it ran: its running
+// statement and its session's statements since the transaction began, from
 // performance_schema.events_statements_history (joined by the session id
-// INNODB_TRX gives). Statements a driver sends by itself (BEGIN, SET
-// TRANSACTION, SELECT CONNECTION_ID()) name nothing. A transaction whose
-// statements carry no tag is UntaggedTag; one none of whose statements can
-// be seen is UnknownTag. MariaDB records no statement text for server-side
-// prepared statements: with go-sql-driver/mysql, open the pool with
-// interpolateParams=true (as package reservation asks) or the tags of idle
-// transactions are unknown. Tags are parsed by Config.ParseTag, which is
-// collector.ParseTag: this package cannot import the collector, which
-// imports it.
+// INNODB_TRX gives). Tag is the running statement's, else the latest
+// tagged one's, so a transaction whose locks a tagged UPDATE took keeps
+// that tag while it runs an untagged SELECT SLEEP or SET; Tags lists them
+// all when its statements carried several. Statements a driver sends by
+// itself (BEGIN, SET TRANSACTION, SELECT CONNECTION_ID()) name nothing, and
+// conntag's /* conn_tag:untagged */ (a context without a tag) is no tag. A
+// transaction whose statements carry no tag is UntaggedTag; one none of
+// whose statements can be seen is UnknownTag, and Notes then names what
+// would make it known: the events_statements_history consumer (with the
+// statement that turns it on), SELECT on performance_schema, or the
+// history's 10 statements per thread. MariaDB records no statement text
+// for server-side prepared statements: with go-sql-driver/mysql, open the
+// pool with interpolateParams=true (as package reservation asks) or the
+// tags of idle transactions are unknown. Tags are parsed by
+// Config.ParseTag, which is collector.ParseTag (this package cannot import
+// the collector, which imports it; conntag.ParseTag, the tag grammar's one
+// parser, is to replace it once it exists).
+//
+// A statement the server cut short is never untagged: conntag puts the tag
+// at the end, so a cut statement without a tag is UnknownTag. The cuts:
+// INNODB_TRX.trx_query keeps 1,024 bytes (TrxQueryLimit), performance_schema
+// SQL_TEXT 1,024 (HistoryTextLimit, performance_schema_max_sql_text_length),
+// digest text 2,048 (DigestTextLimit), and LATEST DETECTED DEADLOCK about
+// 3,000 bytes per transaction, its session line included (DeadlockTextLimit;
+// MariaDB 10.11 kept 2,980 bytes of a long statement).
+//
+// # Who waits for whom
+//
+// MySQL 8's data_lock_waits names both threads: exact. MariaDB's
+// INNODB_LOCK_WAITS names transactions by trx id, and every transaction
+// that holds only shared locks has trx id 0, so a join on it names
+// bystanders. The waiter is found by the lock it requested; the blocker by
+// its trx id only when one transaction has it, else from the status text's
+// granted locks (the same trx id, tablespace, page and heap number, or
+// table): that needs innodb_status_output_locks=ON. When neither tells, the
+// blocker is UnknownTag with ThreadID 0, and Notes says why. Each wait
+// carries both lock modes, the locked record (LockData, from INNODB_LOCKS
+// or data_locks), the sessions' statements, user, host, database and idle
+// time; MariaDB's waits are timed to the microsecond (the status text),
+// idle times to the millisecond (PROCESSLIST.TIME_MS). Chains arranges the
+// waits as trees from each root blocker with the KILL that would end it,
+// for a person to run. MetadataWaits lists metadata-lock waits (DDL behind
+// an open transaction) from performance_schema.metadata_locks, which
+// MariaDB fills only with the instrument wait/lock/metadata/sql/mdl on
+// (EnableMDLInstrument; MySQL 8 has it on). Deadlock.Time is the
+// deadlock's time in the server's system time zone (Deadlock.Zone), which
+// the status text prints without saying.
 //
 // # Lock kinds
 //
@@ -102,9 +145,11 @@
 //
 // Read runs, on one connection: SELECT VERSION() (once per Reader), one
 // SELECT of five @@GLOBAL variables, SHOW GLOBAL STATUS WHERE (four
-// counters), INNODB_TRX; when transactions are open whose running
-// statement names no tag, performance_schema's statement history of those
-// sessions only; SHOW ENGINE INNODB STATUS; on MySQL 8 data_locks
+// counters), INNODB_TRX; when transactions are open, the processlist rows
+// and performance_schema's statement history of their sessions only (and
+// setup_consumers when a tag stayed unknown); SHOW ENGINE INNODB STATUS
+// (and the server's time zone offset when it shows a deadlock);
+// setup_instruments and, when the instrument is on, metadata_locks; on MySQL 8 data_locks
 // (aggregated on the server) and INNODB_METRICS; the lock waits when a
 // transaction waits; the thread pool's two tables when there is one.
 // Measured on MariaDB 10.11 on a shared 2-core machine (BenchmarkRead,
@@ -118,7 +163,8 @@
 // walks every lock. Parsing a 1 MiB text takes about 3 ms
 // (BenchmarkParseStatus). INNODB_TRX, INNODB_LOCKS and INNODB_LOCK_WAITS
 // are a cache the server refreshes only after 100 ms without a read of
-// them: read more often than that (by all readers together) and they never
+// them (Read reads the three together, right after each other, so they
+// describe one instant): read more often than that (by all readers together) and they never
 // change. Poll Read every 10 s or more; ReadSaturation can run every
 // second.
 //

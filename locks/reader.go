@@ -44,7 +44,8 @@ const (
 type Config struct {
 	// ParseTag reads a statement's tag: pass collector.ParseTag. Required
 	// (package locks cannot import the collector: the collector imports
-	// locks).
+	// locks). When conntag.ParseTag (the tag grammar's parser) exists, it
+	// replaces this field.
 	ParseTag func(statement string) (tag string, ok bool)
 	// MaxTransactions bounds the transactions a snapshot lists, oldest
 	// first. Default 1,000.

@@ -119,8 +119,9 @@ func mysqlItems() []Item {
 		{
 			ID: "mysql.grant.process", Target: KindMySQL, Need: Required,
 			What: "the account has PROCESS",
-			Why:  "without it the processlist shows the collector's own sessions only and INNODB_TRX is refused: no server hold, no transactions, no locks",
-			Fix:  "GRANT PROCESS ON *.* TO <the collector's account>",
+			Why: "without it the processlist shows the collector's own sessions only and INNODB_TRX is refused: no server hold, " +
+				"no transactions, no locks, and ProxySQL sessions idle in a transaction cannot be joined to the server (their hold is unknown)",
+			Fix: "GRANT PROCESS ON *.* TO <the collector's account>",
 			check: func(ctx context.Context, db *sql.DB) (string, bool, error) {
 				var n int
 				err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.INNODB_TRX").Scan(&n)
@@ -247,7 +248,8 @@ func proxysqlItems() []Item {
 			ID: "proxysql.show_processlist_extended", Target: KindProxySQLAdmin, Need: Required,
 			What: "mysql-show_processlist_extended=2",
 			Why: "extended_info names each session's backend (server thread id, borrow counters) and why it is pinned: " +
-				"without it an idle session inside a transaction cannot be joined to the server and its hold is unknown",
+				"without it every pin's reason is unknown, and a tag carried from an earlier sample of a session cannot be " +
+				"checked against its backend's borrows (a pooled session's previous tag can be carried into another tag's transaction)",
 			Fix: proxysqlSet("show_processlist_extended", "2"), Config: "mysql_variables: show_processlist_extended=2",
 			ProxySQLVar: "show_processlist_extended", ProxySQLValue: "2",
 			check: proxysqlVariable("show_processlist_extended", "2"),

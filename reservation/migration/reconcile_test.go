@@ -21,7 +21,23 @@ func key(shop uint64) reservation.ItemKey {
 // the test's own.
 func (e *env) figures(t *testing.T, shop uint64) (redisAvail, redisHeld, mysqlAvail, mysqlHeld int64) {
 	t.Helper()
-	ctx := context.Background()
+	ra, rh, ma, mh, err := e.read(context.Background(), shop)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ra, rh, ma, mh
+}
+
+// figuresCtx is figures for another goroutine: -1 everywhere on an error.
+func (e *env) figuresCtx(ctx context.Context, shop uint64) (redisAvail, redisHeld, mysqlAvail, mysqlHeld int64) {
+	ra, rh, ma, mh, err := e.read(ctx, shop)
+	if err != nil {
+		return -1, -1, -1, -1
+	}
+	return ra, rh, ma, mh
+}
+
+func (e *env) read(ctx context.Context, shop uint64) (redisAvail, redisHeld, mysqlAvail, mysqlHeld int64, err error) {
 	rdb := redis.NewClient(&redis.Options{Addr: e.rs.Addr})
 	defer rdb.Close()
 	for _, f := range []struct {
@@ -30,17 +46,15 @@ func (e *env) figures(t *testing.T, shop uint64) (redisAvail, redisHeld, mysqlAv
 	}{{"avail", &redisAvail}, {"held", &redisHeld}} {
 		n, err := rdb.Get(ctx, "holdtime:{"+itoa(shop)+"}:"+f.key+":1:1").Int64()
 		if err != nil && !errors.Is(err, redis.Nil) {
-			t.Fatal(err)
+			return 0, 0, 0, 0, err
 		}
 		*f.p = n
 	}
-	if err := e.db.Open(t).QueryRowContext(ctx, `SELECT l.on_hand - COALESCE((SELECT SUM(quantity) FROM inventory_reserved_quantities q
+	err = e.r.cfg.DB.QueryRowContext(ctx, `SELECT l.on_hand - COALESCE((SELECT SUM(quantity) FROM inventory_reserved_quantities q
 		WHERE q.shop_id = l.shop_id AND q.inventory_item_id = 1 AND q.inventory_group_id = 1), 0),
 		COALESCE((SELECT SUM(quantity) FROM inventory_reserved_quantities q WHERE q.shop_id = l.shop_id), 0)
 		FROM inventory_ledger l WHERE l.shop_id = ? AND l.inventory_item_id = 1 AND l.inventory_group_id = 1`, shop).
-		Scan(&mysqlAvail, &mysqlHeld); err != nil {
-		t.Fatal(err)
-	}
+		Scan(&mysqlAvail, &mysqlHeld)
 	return
 }
 

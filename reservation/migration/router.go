@@ -107,6 +107,10 @@ type Config struct {
 	OnMismatch func(Mismatch)
 	// MeterProvider receives the metrics (see the package documentation).
 	MeterProvider metric.MeterProvider
+
+	// onCutover, when set (tests), runs at the end of every cutover, the
+	// shop still fenced and the sweeps paused.
+	onCutover func(shop uint64, from, to Stage)
 }
 
 // Kind is a kind of mismatch between the source of truth and the shadow.

@@ -73,6 +73,9 @@ func (r *Router) cutover(ctx context.Context, s *shop, to Stage, force bool) err
 		}
 		r.setDrifted(s.id, false)
 	}
+	if r.cfg.onCutover != nil {
+		r.cfg.onCutover(s.id, from, to)
+	}
 	s.stage.Store(to)
 	if to == StageShadow {
 		s.shadowSince.Store(time.Now().UnixNano())

@@ -239,7 +239,11 @@ func TestMySQLLocksSource(t *testing.T) {
 // interval on the shared server, with lock output on for the test.
 func liveLocks(t *testing.T, interval time.Duration) (*testenv.Database, *Collector, *pollCount) {
 	t.Helper()
-	d := testenv.NewDatabase(t)
+	return liveLocksOn(t, testenv.NewDatabase(t), interval)
+}
+
+func liveLocksOn(t *testing.T, d *testenv.Database, interval time.Duration) (*testenv.Database, *Collector, *pollCount) {
+	t.Helper()
 	admin := d.Target.Admin()
 	var was string
 	if err := admin.QueryRow("SELECT @@GLOBAL.innodb_status_output_locks").Scan(&was); err != nil {
@@ -523,5 +527,42 @@ func TestLockChainMetrics(t *testing.T) {
 	}
 	if len(roots) != 1 || roots[0] != "chain_root" {
 		t.Errorf("roots %v, want [chain_root]", roots)
+	}
+}
+
+// TestLocksTagFromCollectorRecord (issue 23, defect 5): with
+// events_statements_history off, the server keeps no per-thread history
+// the lock reader could read, but the MySQL source recorded the session's
+// statements from events_statements_history_long: an idle transaction's
+// locks are counted under its tag, not unknown.
+func TestLocksTagFromCollectorRecord(t *testing.T) {
+	d := testenv.NewDatabase(t)
+	admin := d.Target.Admin()
+	const consumer = "UPDATE performance_schema.setup_consumers SET ENABLED = '%s' WHERE NAME = 'events_statements_history'"
+	if _, err := admin.Exec(fmt.Sprintf(consumer, "NO")); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { admin.Exec(fmt.Sprintf(consumer, "YES")) })
+	_, c, polls := liveLocksOn(t, d, 300*time.Millisecond)
+	db := d.Open(t)
+	ctx := context.Background()
+	for _, q := range []string{"CREATE TABLE r (id INT PRIMARY KEY, v INT NOT NULL) ENGINE=InnoDB", "INSERT INTO r VALUES (1, 0)"} {
+		if _, err := db.ExecContext(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	x, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer x.Rollback()
+	if _, err := x.ExecContext(ctx, "UPDATE r SET v = 1 WHERE id = 1 /* conn_tag:idle_holder */"); err != nil {
+		t.Fatal(err)
+	}
+	polls.wait(t, "db", SourceMySQL, 2)
+	polls.wait(t, "db", SourceMySQLLocks, 2)
+	got := seriesOf(t, c, "holdtime_mysql_locks")
+	if got[`conn_tag="idle_holder",kind="record",state="held",target="db"`] != 1 {
+		t.Errorf("holdtime_mysql_locks %v: want idle_holder's one record lock under its tag", got)
 	}
 }

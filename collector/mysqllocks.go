@@ -79,12 +79,26 @@ func newLocksReader(m *mysqlTarget, dsn string) (*locksReader, error) {
 	db.SetMaxOpenConns(1)
 	db.SetMaxIdleConns(1)
 	db.SetConnMaxLifetime(10 * time.Minute)
-	r, err := locks.New(db, locks.Config{ParseTag: ParseTag})
+	r, err := locks.New(db, locks.Config{ParseTag: ParseTag, SessionTag: m.transactionTag})
 	if err != nil {
 		db.Close()
 		return nil, err
 	}
 	return &locksReader{m: m, db: db, reader: r, deadlocks: locks.NewDeadlocks(64), cumulative: map[[2]string]float64{}}, nil
+}
+
+// transactionTag is the MySQL source's record of a session's current
+// transaction's tag (from every statement it read, history_long included):
+// what the lock reader uses when the server's last-10 history does not
+// name a transaction.
+func (m *mysqlTarget) transactionTag(id int64) (string, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s := m.sessions[id]
+	if s == nil || s.tag == "" || s.ended || !s.inTrx {
+		return "", false
+	}
+	return s.tag, true
 }
 
 // own records the reader's connection id with the MySQL source, which

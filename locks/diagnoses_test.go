@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/holdtime/holdtime/locks"
 )
@@ -218,6 +219,12 @@ func TestDeadlockNamesBothTags(t *testing.T) {
 	d := s.LatestDeadlock
 	if d == nil || len(d.Transactions) != 2 {
 		t.Fatalf("latest deadlock: %+v", d)
+	}
+	// The status text prints the server's local time without a zone: the
+	// zone read from the server puts it within a minute of the client's
+	// clock (the independent truth).
+	if d.Time == nil || d.Zone == "" || d.Time.Sub(time.Now()).Abs() > time.Minute {
+		t.Errorf("deadlock at %q zone %q time %v: want it in the server's zone, within a minute of now", d.At, d.Zone, d.Time)
 	}
 	if d.VictimTag() != victim || len(d.OtherTags()) != 1 || d.OtherTags()[0] != other {
 		t.Errorf("deadlock victim %s others %v, want victim %s other %s", d.VictimTag(), d.OtherTags(), victim, other)

@@ -50,6 +50,13 @@ type Config struct {
 	// MaxTransactions bounds the transactions a snapshot lists, oldest
 	// first. Default 1,000.
 	MaxTransactions int
+	// SessionTag, when set, is asked for the tag of a session whose
+	// transaction's tag stayed unknown from the server's statement
+	// history: a caller that records every session's statements (the
+	// collector reads events_statements_history_long) knows more than the
+	// last 10 per thread. It must answer only for the session's current
+	// transaction, and must not call the Reader.
+	SessionTag func(threadID int64) (tag string, ok bool)
 }
 
 // Reader reads the locks, lock waits, deadlocks and thread saturation of
@@ -517,6 +524,11 @@ func (r *Reader) readTags(ctx context.Context, conn *sql.Conn, trx []*Transactio
 	for _, t := range trx {
 		running := t.Statement
 		t.Tag, t.Tags, t.Statement = tagOf(r.cfg.ParseTag, running, history[t.ThreadID])
+		if t.Tag == UnknownTag && r.cfg.SessionTag != nil && t.ThreadID > 0 {
+			if tag, ok := r.cfg.SessionTag(t.ThreadID); ok && tag != "" && tag != UnknownTag {
+				t.Tag = tag
+			}
+		}
 		if t.Tag == UnknownTag && t.Idle {
 			unknownIdle++
 		}

@@ -525,3 +525,58 @@ func TestLocksChain(t *testing.T) {
 		t.Errorf("the root's session is gone")
 	}
 }
+
+// TestLocksSharedLockBlocker (issue 23, defect 1, the view): share_a and
+// share_b hold only shared locks (MariaDB: both trx id 0), writer_c waits
+// for share_a's row. The view names share_a as the root, tells the two
+// readers apart by thread, and never shows share_b blocking.
+func TestLocksSharedLockBlocker(t *testing.T) {
+	sc := newLockScene(t)
+	if sc.d.Target.Flavor != testenv.MariaDB {
+		t.Skip("MySQL 8 gives each transaction its own id")
+	}
+	sc.setLockOutput(true)
+	if _, err := sc.admin.Exec("CREATE TABLE r (id INT PRIMARY KEY, v INT NOT NULL) ENGINE=InnoDB"); err != nil {
+		t.Fatal(err)
+	}
+	sc.admin.Exec("INSERT INTO r VALUES (3, 0), (4, 0)")
+	a, b := sc.begin("share_a"), sc.begin("share_b")
+	for _, x := range []struct {
+		x  *chainTx
+		id int
+	}{{a, 3}, {b, 4}} {
+		rows, err := x.x.tx.QueryContext(x.x.ctx, "SELECT v FROM r WHERE id = ? LOCK IN SHARE MODE", x.id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rows.Close()
+	}
+	c := sc.begin("writer_c")
+	done := make(chan struct{})
+	go func() {
+		c.tx.ExecContext(c.ctx, "UPDATE r SET v = 1 WHERE id = 3")
+		c.end()
+		close(done)
+	}()
+	t.Cleanup(func() { a.end(); <-done })
+	var text string
+	deadline := time.Now().Add(20 * time.Second)
+	for !strings.Contains(text, "LOCK WAITS  1") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no wait seen:\n%s", text)
+		}
+		time.Sleep(150 * time.Millisecond)
+		text, _ = runLocks(t, "--mysql", sc.d.DSN())
+	}
+	for _, want := range []string{fmt.Sprintf("root share_a  thread %d", a.id),
+		fmt.Sprintf("└─ writer_c  thread %d  waits ", c.id), "(3) wants X, held S",
+		fmt.Sprintf("share_a  thread %d  read-only trx (no trx id)", a.id),
+		fmt.Sprintf("share_b  thread %d  read-only trx (no trx id)", b.id)} {
+		if !strings.Contains(text, want) {
+			t.Errorf("view lacks %q:\n%s", want, text)
+		}
+	}
+	if strings.Contains(text, "root share_b") {
+		t.Errorf("share_b shown blocking:\n%s", text)
+	}
+}

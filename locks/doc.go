@@ -149,13 +149,14 @@
 // and performance_schema's statement history of their sessions only (and
 // setup_consumers when a tag stayed unknown); SHOW ENGINE INNODB STATUS
 // (and the server's time zone offset when it shows a deadlock);
-// setup_instruments and, when the instrument is on, metadata_locks; on MySQL 8 data_locks
-// (aggregated on the server) and INNODB_METRICS; the lock waits when a
-// transaction waits; the thread pool's two tables when there is one.
-// Measured on MariaDB 10.11 on a shared 2-core machine (BenchmarkRead,
-// medians of 6 runs, against SELECT 1 on the same pool at 0.12 ms): an idle
-// Read takes 2.2 ms (17 round trips' time), one with 20 open transactions
-// holding locks 7 ms (57), ReadSaturation 1 ms (8). What costs the server
+// setup_instruments and, when the instrument is on, metadata_locks; on
+// MySQL 8 data_locks (aggregated on the server) and INNODB_METRICS; the
+// lock waits when a transaction waits; the thread pool's two tables when
+// there is one. Measured on MariaDB 10.11 on a shared, busy 2-core machine
+// (BenchmarkRead -benchtime 100x -count 6, medians, against SELECT 1 on
+// the same pool at 0.17 ms): an idle Read takes 1.0 ms (6 round trips'
+// time), one with 20 open transactions holding locks 7.2 ms (42),
+// ReadSaturation 0.5 ms (3). What costs the server
 // more grows with its locks: SHOW ENGINE INNODB STATUS prints every listed
 // lock (up to 1 MiB) while holding the lock system's latch, so new lock
 // requests wait while it prints, and each call restarts the "per second

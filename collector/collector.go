@@ -86,6 +86,15 @@ type ProxySQLConfig struct {
 	// an app span (holdtime.session_id) to name it before it is reported as
 	// unknown. Default 10 s.
 	TagGrace time.Duration
+	// ClientAddress is the host:port apps dial to reach this instance
+	// (its mysql-interfaces, often port 6033), exactly as their hold spans
+	// name it in server.address and server.port. Only spans naming it
+	// give this instance session hints: ProxySQL session ids are small
+	// per-instance integers, so a span is never offered to another
+	// instance. Optional when this is the collector's only ProxySQL or
+	// MySQL target; otherwise, without it, app spans name none of this
+	// instance's sessions.
+	ClientAddress string
 }
 
 // MySQLConfig is one MySQL or MariaDB server.
@@ -256,6 +265,7 @@ type Collector struct {
 	proxies []*proxysqlTarget
 	mysqls  []*mysqlTarget
 	otlp    *otlpReceiver
+	router  *spanRouter // nil without the OTLP receiver
 	running sync.Mutex
 	// onPoll, when set (tests), is called after every poll, so a test can
 	// wait for a poll instead of sleeping.
@@ -269,7 +279,11 @@ func New(cfg Config) (*Collector, error) {
 	if err != nil {
 		return nil, fmt.Errorf("collector config: %w", err)
 	}
-	c := &Collector{cfg: cfg, st: newStore(cfg.MaxTags, time.Now)}
+	router, err := newSpanRouter(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("collector config: %w", err)
+	}
+	c := &Collector{cfg: cfg, st: newStore(cfg.MaxTags, time.Now), router: router}
 	// Each target's main source is known (and down) from the start, so
 	// that Ready means "every target has answered", not "nothing has run".
 	for _, p := range cfg.ProxySQL {
@@ -279,6 +293,9 @@ func New(cfg Config) (*Collector, error) {
 			return nil, fmt.Errorf("collector config: proxysql target %q: %w", p.Name, err)
 		}
 		c.proxies = append(c.proxies, t)
+		if c.router.proxyHinted(cfg, p.Name) {
+			c.router.connect(cfg, c.router.proxyKeys[p.Name], t.sessions.hint)
+		}
 		c.st.register(p.Name, SourceProxySQLProcesslist)
 		// The proxy layer's headline: exact before sampled.
 		if p.EventsLog != "" {
@@ -294,6 +311,9 @@ func New(cfg Config) (*Collector, error) {
 			return nil, fmt.Errorf("collector config: mysql target %q: %w", m.Name, err)
 		}
 		c.mysqls = append(c.mysqls, t)
+		if c.router.mysqlHinted(cfg, m.Name) {
+			c.router.connect(cfg, c.router.mysqlKeys[m.Name], t.hint)
+		}
 		c.st.setHeadline(m.Name, SourceMySQL)
 	}
 	if cfg.RecordDir != "" {
@@ -307,7 +327,11 @@ func New(cfg Config) (*Collector, error) {
 		return nil, fmt.Errorf("register collector metrics: %w: give each Collector its own registry", err)
 	}
 	if cfg.OTLP.Enabled {
-		c.otlp = &otlpReceiver{c: c, target: cfg.OTLP.Target, maxBody: cfg.OTLP.MaxBodyBytes}
+		c.otlp = &otlpReceiver{c: c, target: cfg.OTLP.Target, maxBody: cfg.OTLP.MaxBodyBytes, router: c.router}
+		if err := cfg.Registerer.Register(newSpanRouterMetrics(c.router, cfg.OTLP.Target)); err != nil {
+			c.closeTargets()
+			return nil, fmt.Errorf("register collector metrics: %w: give each Collector its own registry", err)
+		}
 		// Waiting until the first export: up only while spans arrive.
 		c.st.setHeadline(cfg.OTLP.Target, SourceOTLP)
 	}

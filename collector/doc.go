@@ -159,6 +159,18 @@
 //     times ordered and at most 7 days apart, a session id a non-negative
 //     integer. A span that fails is rejected (partial success), counted as
 //     malformed, and leaves no series behind.
+//     A hold span's session id (holdtime.session_id) is read by one target
+//     only: the one whose address the span names in server.address and
+//     server.port (ProxySQLConfig.ClientAddress; a MySQL target's DSN
+//     address when the app connects directly). ProxySQL session ids are
+//     small per-instance integers, so in a fleet a span offered to every
+//     instance named a same-numbered session of another. A span naming no
+//     address goes to the collector's only ProxySQL or MySQL target, if it
+//     has exactly one; otherwise, like a span naming an address no target
+//     has, its hint goes nowhere and is counted in
+//     holdtime_collector_spans_unrouted_total (its app-layer figures still
+//     count). conntag's spans do not carry server.address yet: add it with
+//     a span processor on the tracer provider.
 //     A push source: waiting until the first export, up while exports
 //     arrive (each advances its last success), waiting again PushIdle after
 //     the last one (an idle app sends nothing; waiting is never stale).

@@ -66,7 +66,7 @@ func layersEndToEnd(t *testing.T, viaProxySQL bool) {
 		t.Cleanup(func() { px.Close() })
 		appCfg = px.AppConfig()
 		warmProxySQL(t, px)
-		cfg.ProxySQL = []ProxySQLConfig{{Name: "px", DSN: px.AdminDSN(), EventsLog: px.EventsLog,
+		cfg.ProxySQL = []ProxySQLConfig{{Name: "px", DSN: px.AdminDSN(), EventsLog: px.EventsLog, ClientAddress: px.AppAddr,
 			ProcesslistInterval: 100 * time.Millisecond, TagGrace: 2 * time.Second}}
 	}
 	c, err := New(cfg)
@@ -90,7 +90,8 @@ func layersEndToEnd(t *testing.T, viaProxySQL bool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp, sdktrace.WithBatchTimeout(500*time.Millisecond)))
+	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp, sdktrace.WithBatchTimeout(500*time.Millisecond)),
+		sdktrace.WithSpanProcessor(newDialledAddress(t, appCfg.Addr)))
 	t.Cleanup(func() { tp.Shutdown(context.Background()) })
 	connector, err := mysql.NewConnector(appCfg)
 	if err != nil {

@@ -251,7 +251,7 @@ func newMySQLTarget(c *Collector, cfg MySQLConfig) (*mysqlTarget, error) {
 	m := &mysqlTarget{c: c, cfg: cfg, secret: mc.Passwd, user: mc.User, db: db, causes: mc.Logger.(*causeLogger),
 		sessions: map[int64]*serverSession{}, maxGap: max(4*cfg.Interval, time.Second), batch: map[string]*tagDelta{},
 		seenStmts: map[stmtKey]uint64{}, running: map[stmtKey]*runningStmt{}, join: newServerJoin(),
-		hints: hintsIf(c.cfg.OTLP.Enabled)}
+		hints: hintsIf(c.router.mysqlHinted(c.cfg, cfg.Name))}
 	if cfg.LocksInterval > 0 {
 		if m.locks, err = newLocksReader(m, cfg.DSN); err != nil {
 			db.Close()

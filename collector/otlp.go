@@ -40,6 +40,7 @@ type otlpReceiver struct {
 	c       *Collector
 	target  string
 	maxBody int64
+	router  *spanRouter
 }
 
 func (o *otlpReceiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -152,8 +153,9 @@ const maxHoldSeconds = 7 * 24 * 3600
 func (o *otlpReceiver) span(sp *tracepb.Span, batch map[string]*tagDelta, now time.Time) bool {
 	var tag, op string
 	var active, idle float64
-	var session int64
-	var haveActive, haveIdle, haveTag, ok bool
+	var session, port int64
+	var host string
+	var haveActive, haveIdle, haveTag, haveHost, ok bool
 	for _, kv := range sp.GetAttributes() {
 		v := kv.GetValue()
 		switch kv.GetKey() {
@@ -175,6 +177,10 @@ func (o *otlpReceiver) span(sp *tracepb.Span, batch map[string]*tagDelta, now ti
 			if session, ok = sessionID(v); !ok {
 				return !isHoldCandidate(sp)
 			}
+		case attrServerAddress:
+			host, haveHost = v.GetStringValue(), v.GetStringValue() != ""
+		case attrServerPort:
+			port = v.GetIntValue()
 		}
 	}
 	if !haveTag {
@@ -224,15 +230,11 @@ func (o *otlpReceiver) span(sp *tracepb.Span, batch map[string]*tagDelta, now ti
 	d.add(&f)
 	d.obs++
 	if session > 0 && sp.GetName() == spanHold {
+		// The session id is the ProxySQL session of the instance the app
+		// dialled or, connected directly, the server's connection id (the
+		// app↔server join): only that target may read it.
 		h := sessionHint{tag: tag, start: time.Unix(0, int64(start)), end: time.Unix(0, int64(end)), received: now}
-		for _, p := range o.c.proxies {
-			p.sessions.hint(session, h)
-		}
-		// Without ProxySQL in between, the session id is the server's
-		// connection id: the app↔server join.
-		for _, m := range o.c.mysqls {
-			m.hint(session, h)
-		}
+		o.router.route(host, port, haveHost, session, h)
 	}
 	return true
 }

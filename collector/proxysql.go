@@ -74,7 +74,7 @@ func newProxySQLTarget(c *Collector, cfg ProxySQLConfig) (*proxysqlTarget, error
 		}
 	}
 	t := &proxysqlTarget{c: c, cfg: cfg, secret: mc.Passwd, db: db, causes: mc.Logger.(*causeLogger),
-		sessions: newProxySQLSessions(cfg.Name, c.st, pc, cfg.EventsLog != "", c.cfg.OTLP.Enabled, cfg.TagGrace, joins),
+		sessions: newProxySQLSessions(cfg.Name, c.st, pc, cfg.EventsLog != "", c.router.proxyHinted(c.cfg, cfg.Name), cfg.TagGrace, joins),
 		digests:  newDigestState(), recs: map[string]*tableRecorder{}}
 	return t, nil
 }

@@ -63,7 +63,7 @@ func TestLiveProxySQLSetups(t *testing.T) {
 	server := MySQLConfig{Name: "db", DSN: d.Target.Config("").FormatDSN(), Interval: 250 * time.Millisecond}
 	// Sampled every 50 ms: a 80 ms transaction is then seen one or two
 	// times, so sampling error over ~60 of them is about 4 % (one sigma).
-	proxy := ProxySQLConfig{Name: "px", DSN: px.AdminDSN(), ProcesslistInterval: 50 * time.Millisecond,
+	proxy := ProxySQLConfig{Name: "px", DSN: px.AdminDSN(), ClientAddress: px.AppAddr, ProcesslistInterval: 50 * time.Millisecond,
 		TagGrace: 2 * time.Second, DigestInterval: time.Second}
 	withEvents := proxy
 	withEvents.EventsLog = px.EventsLog
@@ -107,7 +107,8 @@ func TestLiveProxySQLSetups(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp, sdktrace.WithBatchTimeout(200*time.Millisecond)))
+	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp, sdktrace.WithBatchTimeout(200*time.Millisecond)),
+		sdktrace.WithSpanProcessor(newDialledAddress(t, px.AppAddr)))
 	t.Cleanup(func() { tp.Shutdown(context.Background()) })
 	open := func(maxIdle int) *sql.DB {
 		connector, err := mysql.NewConnector(px.AppConfig())

@@ -31,6 +31,7 @@ type collectCmd struct {
 	listen         string
 	proxysql       []string // NAME=DSN
 	eventsLogs     []string // NAME=PATH
+	clientAddrs    []string // NAME=HOST:PORT
 	mysql          []string // NAME=DSN
 	otlp           bool
 	otlpListen     string
@@ -82,6 +83,7 @@ The listen address defaults to ` + defaultCollectListen + ` (loopback only).`,
 	f.StringVar(&c.listen, "listen", defaultCollectListen, "address to serve /metrics, /api/v1/top, /healthz, /readyz (and /v1/traces with --otlp)")
 	f.StringArrayVar(&c.proxysql, "proxysql", nil, "ProxySQL admin interface as NAME=DSN (repeatable); NAME is the target label")
 	f.StringArrayVar(&c.eventsLogs, "proxysql-events-log", nil, "JSON events log of a ProxySQL target as NAME=PATH (repeatable)")
+	f.StringArrayVar(&c.clientAddrs, "proxysql-client-address", nil, "address apps dial for a ProxySQL target as NAME=HOST:PORT (repeatable): app spans naming it (server.address, server.port) give that instance's session tags")
 	f.StringArrayVar(&c.mysql, "mysql", nil, "MySQL/MariaDB server as NAME=DSN (repeatable)")
 	f.BoolVar(&c.otlp, "otlp", false, "receive conntag's spans over OTLP/HTTP at /v1/traces")
 	f.StringVar(&c.otlpListen, "otlp-listen", "", "also serve /v1/traces on this address (the OTLP/HTTP port is 4318); implies --otlp")
@@ -93,7 +95,7 @@ The listen address defaults to ` + defaultCollectListen + ` (loopback only).`,
 	f.IntVar(&c.maxTags, "max-tags", 1000, "distinct tags per target and source; more go to conn_tag=\"overflow\"")
 	f.StringVar(&c.record, "record", "", "write polled processlist samples and stats tables to this directory (see collector/RECORDING.md)")
 	f.DurationVar(&c.timeout, "timeout", 5*time.Second, "bound of one poll, connecting included")
-	for _, name := range []string{"proxysql", "mysql", "proxysql-events-log"} {
+	for _, name := range []string{"proxysql", "mysql", "proxysql-events-log", "proxysql-client-address"} {
 		f.SetAnnotation(name, namedAnnotation, []string{"true"})
 	}
 	f.SetAnnotation("proxysql", dsnAnnotation, []string{"named"})
@@ -217,17 +219,29 @@ func (c *collectCmd) config(reg *prometheus.Registry, logger *slog.Logger) (coll
 		}
 		logs[name] = path
 	}
+	addrs := map[string]string{}
+	for _, v := range c.clientAddrs {
+		name, addr, err := splitNamed("proxysql-client-address", v)
+		if err != nil {
+			return cfg, err
+		}
+		addrs[name] = addr
+	}
 	for _, v := range c.proxysql {
 		name, dsn, err := splitNamed("proxysql", v)
 		if err != nil {
 			return cfg, err
 		}
-		cfg.ProxySQL = append(cfg.ProxySQL, collector.ProxySQLConfig{Name: name, DSN: dsn, EventsLog: logs[name],
+		cfg.ProxySQL = append(cfg.ProxySQL, collector.ProxySQLConfig{Name: name, DSN: dsn, EventsLog: logs[name], ClientAddress: addrs[name],
 			ProcesslistInterval: c.plInterval, DigestInterval: c.digestInterval, PoolInterval: c.poolInterval})
 		delete(logs, name)
+		delete(addrs, name)
 	}
 	for name := range logs {
 		return cfg, fmt.Errorf("--proxysql-events-log %s=...: no --proxysql %s=DSN to attach it to", name, name)
+	}
+	for name := range addrs {
+		return cfg, fmt.Errorf("--proxysql-client-address %s=...: no --proxysql %s=DSN to attach it to", name, name)
 	}
 	for _, v := range c.mysql {
 		name, dsn, err := splitNamed("mysql", v)

@@ -16,6 +16,8 @@ import (
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/holdtime/holdtime/conntag"
 )
 
 // conntag's span vocabulary (conntag/hold.go, conntag/instr.go).
@@ -186,7 +188,9 @@ func (o *otlpReceiver) span(sp *tracepb.Span, batch map[string]*tagDelta, now ti
 	if !haveTag {
 		return true // not conntag's
 	}
-	if tag == "" || len(tag) > MaxTagLen {
+	if !conntag.ValidTag(tag) {
+		// Every tag passes the one grammar, whatever source it came
+		// from: conntag's spans carry SanitizeTag's output.
 		return false
 	}
 	var f figures

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/holdtime/holdtime/conntag"
 )
 
 // The admin queries. Columns are named so a future ProxySQL that adds some
@@ -255,30 +257,10 @@ func newDigestState() *digestState {
 }
 
 // wellFormedDigestTag reports whether the conntag comment that carries tag
-// in digest text is whole: "conn_tag:NAME" followed, up to the comment's
-// closing "*/", by nothing but key:value words (conntag may add them).
-// Mixed-up comment bytes leave it unclosed or run SQL into it.
-func wellFormedDigestTag(text, tag string) bool {
-	i := strings.Index(text, tagKeyLeading+tag)
-	if i < 0 {
-		return strings.Contains(text, tagKeyCommenter) // sqlcommenter form: URL-encoded, checked by its parser
-	}
-	rest := text[i+len(tagKeyLeading)+len(tag):]
-	end := strings.Index(rest, "*/")
-	if end < 0 {
-		return false
-	}
-	body := rest[:end]
-	if strings.Contains(body, "/*") {
-		return false
-	}
-	for _, w := range strings.Fields(body) {
-		if !strings.Contains(w, ":") {
-			return false
-		}
-	}
-	return true
-}
+// in digest text is whole (conntag.WholeTagComment): ProxySQL's digest text
+// can mix up comment bytes, leaving the comment unclosed or running SQL
+// into it.
+func wellFormedDigestTag(text, tag string) bool { return conntag.WholeTagComment(text, tag) }
 
 // parseDigestRow reads one stats_mysql_query_digest row (columns in
 // queryDigest's order).

@@ -201,10 +201,14 @@ func skipLeadingComments(q []byte) []byte {
 func firstWord(b []byte) (word, rest []byte) {
 	b = trimLeftSpace(b)
 	n := 0
-	for n < len(b) && (tagByte(b[n]) && b[n] != ':' && b[n] != '.' && b[n] != '-') {
+	for n < len(b) && wordByte(b[n]) {
 		n++
 	}
 	return b[:n], b[n:]
+}
+
+func wordByte(c byte) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_'
 }
 
 func lower(c byte) byte {

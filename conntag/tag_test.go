@@ -5,8 +5,6 @@ import (
 	"strings"
 	"testing"
 	"unicode/utf8"
-
-	"github.com/holdtime/holdtime/collector"
 )
 
 var sanitizeCases = []struct{ in, want string }{
@@ -178,9 +176,9 @@ func checkSingleComment(t *testing.T, query, tag string) {
 	}
 	// The collector reads it back, unless the statement leads with another
 	// conn_tag-looking comment or continues after its final ';'.
-	if _, lead := collector.ParseTag(query); !lead {
-		if back, ok := collector.ParseTag(got); (!ok || back != clean) && !strings.Contains(got[at:], ";") {
-			t.Fatalf("collector.ParseTag(%q) = %q, %v; want %q", got, back, ok, clean)
+	if _, lead := ParseTag(query); !lead {
+		if back, ok := ParseTag(got); (!ok || back != clean) && !strings.Contains(got[at:], ";") {
+			t.Fatalf("ParseTag(%q) = %q, %v; want %q", got, back, ok, clean)
 		}
 	}
 }

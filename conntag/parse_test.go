@@ -1,11 +1,11 @@
-package collector
+package conntag
 
 import (
 	"strings"
 	"testing"
 )
 
-var tagTests = []struct {
+var parseTests = []struct {
 	name  string
 	query string
 	tag   string
@@ -58,7 +58,7 @@ var tagTests = []struct {
 }
 
 func TestParseTag(t *testing.T) {
-	for _, tt := range tagTests {
+	for _, tt := range parseTests {
 		t.Run(tt.name, func(t *testing.T) {
 			tag, ok := ParseTag(tt.query)
 			if tag != tt.tag || ok != tt.ok {
@@ -84,7 +84,7 @@ func TestAppendTagAllocs(t *testing.T) {
 }
 
 func FuzzParseTag(f *testing.F) {
-	for _, tt := range tagTests {
+	for _, tt := range parseTests {
 		f.Add(tt.query)
 	}
 	f.Fuzz(func(t *testing.T, query string) {
@@ -96,7 +96,7 @@ func FuzzParseTag(f *testing.F) {
 			t.Fatalf("ParseTag(%q) = %q: longer than %d bytes", query, tag, MaxTagLen)
 		}
 		for i := 0; i < len(tag); i++ {
-			if !tagByte(tag[i]) {
+			if !tagAllowed(tag[i]) {
 				t.Fatalf("ParseTag(%q) = %q: byte %q outside the tag grammar", query, tag, tag[i])
 			}
 		}
@@ -117,4 +117,19 @@ func FuzzParseTag(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestValidTagAcceptsWhatSanitizeTagWrites: every sanitised tag is valid,
+// and a tag outside the grammar is not.
+func TestValidTagAcceptsWhatSanitizeTagWrites(t *testing.T) {
+	for _, tc := range sanitizeCases {
+		if !ValidTag(tc.want) {
+			t.Errorf("ValidTag(%q) = false for SanitizeTag(%q)", tc.want, tc.in)
+		}
+	}
+	for _, bad := range []string{"", "a b", "end*/", "user@host", "caf\u00e9", strings.Repeat("x", MaxTagLen+1)} {
+		if ValidTag(bad) {
+			t.Errorf("ValidTag(%q) = true", bad)
+		}
+	}
 }

@@ -1,11 +1,15 @@
-package collector
+package conntag
 
-import "bytes"
+import (
+	"bytes"
+	"strings"
+)
 
-// MaxTagLen is the longest tag, in bytes, that the parser returns. It matches
-// conntag's limit; longer names are cut rather than rejected so that a tool
-// writing longer tags still lands in one stable bucket.
-const MaxTagLen = 64
+// The tag grammar, read back: what a statement's text says its tag is. It is
+// the one parser of it; holdtime's collector and locks import it, so a tag
+// conntag writes reads back the same everywhere. Longer names than MaxTagLen
+// are cut rather than rejected, so that a tool writing longer tags still lands
+// in one stable bucket.
 
 // tagKeyLeading starts conntag's own comment form: /* conn_tag:NAME ... */.
 const tagKeyLeading = "conn_tag:"
@@ -13,12 +17,23 @@ const tagKeyLeading = "conn_tag:"
 // tagKeyCommenter starts the sqlcommenter pair: conn_tag='NAME'.
 const tagKeyCommenter = "conn_tag='"
 
-// tagByte reports whether c may appear in a tag: [A-Za-z0-9_.:-]. It is the
-// grammar conntag writes, so anything else means "not our comment".
-func tagByte(c byte) bool {
-	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' ||
-		c == '_' || c == '.' || c == ':' || c == '-'
+// ValidTag reports whether tag is in the tag grammar: 1 to MaxTagLen bytes
+// of [A-Za-z0-9_.:-], what SanitizeTag returns and ParseTag reads. Sources
+// that receive a tag as a value (a span attribute, a label) check it here.
+func ValidTag(tag string) bool {
+	if tag == "" || len(tag) > MaxTagLen {
+		return false
+	}
+	for i := 0; i < len(tag); i++ {
+		if !tagAllowed(tag[i]) {
+			return false
+		}
+	}
+	return true
 }
+
+// A byte outside the grammar after a tag name means "not our comment"
+// (tagAllowed in tag.go).
 
 // ParseTag returns the tag a statement carries and whether it carries one.
 // It is the convenience form of AppendTag; hot paths use AppendTag with a
@@ -85,7 +100,7 @@ func appendConnTag(dst, body []byte) ([]byte, bool) {
 	}
 	name := body[len(tagKeyLeading):]
 	n := 0
-	for n < len(name) && tagByte(name[n]) {
+	for n < len(name) && tagAllowed(name[n]) {
 		n++
 	}
 	if n == 0 || n < len(name) && !isSpace(name[n]) {
@@ -178,7 +193,7 @@ func appendDecodedTag(dst, v []byte) ([]byte, bool) {
 			continue
 		}
 		inSeq = false
-		if !tagByte(c) {
+		if !tagAllowed(c) {
 			c = '_'
 		}
 		dst = append(dst, c)
@@ -198,10 +213,6 @@ func unhex(c byte) (byte, bool) {
 	return 0, false
 }
 
-func isSpace(c byte) bool {
-	return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'
-}
-
 func trimLeftSpace(b []byte) []byte {
 	for len(b) > 0 && isSpace(b[0]) {
 		b = b[1:]
@@ -214,4 +225,32 @@ func trimRightSpace(b []byte) []byte {
 		b = b[:len(b)-1]
 	}
 	return b
+}
+
+// WholeTagComment reports whether the conntag comment that carries tag in
+// text is whole: "conn_tag:NAME" followed, up to the comment's closing "*/",
+// by nothing but key:value words (conntag may add them). Text that carries
+// the sqlcommenter form instead is left to its parser (true). Mixed-up
+// comment bytes (ProxySQL's digest text) leave it unclosed or run SQL into
+// it.
+func WholeTagComment(text, tag string) bool {
+	i := strings.Index(text, tagKeyLeading+tag)
+	if i < 0 {
+		return strings.Contains(text, tagKeyCommenter) // sqlcommenter form: URL-encoded, checked by its parser
+	}
+	rest := text[i+len(tagKeyLeading)+len(tag):]
+	end := strings.Index(rest, "*/")
+	if end < 0 {
+		return false
+	}
+	body := rest[:end]
+	if strings.Contains(body, "/*") {
+		return false
+	}
+	for _, w := range strings.Fields(body) {
+		if !strings.Contains(w, ":") {
+			return false
+		}
+	}
+	return true
 }

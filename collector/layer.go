@@ -361,108 +361,143 @@ func covered(now, since time.Time, windowSpan float64) float64 {
 func (s *store) top(w time.Duration) ([]TopRow, map[Layer]*LayerStatus) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	now := s.now()
-	rows := map[string]*TopRow{}
-	row := func(tag string) *TopRow {
-		r := rows[tag]
-		if r == nil {
-			r = &TopRow{Tag: tag, Layers: map[Layer]*LayerFigures{}, Sources: map[Source]*SourceFigures{}}
-			rows[tag] = r
+	b := &topBuilder{s: s, now: s.now(), w: w, rows: map[string]*TopRow{}}
+	b.layerStatus()
+	for k, sr := range s.series {
+		if l := k.source.Layer(); l != "" {
+			b.addSeries(k, l, sr)
 		}
-		return r
 	}
-	// The covered span of each layer: the earliest start among its
-	// headline series, the window's buckets at most.
-	layers := map[Layer]*LayerStatus{}
-	layerSince := map[Layer]time.Time{}
+	if b.winSpan == 0 {
+		_, b.winSpan = (&entry{}).window(b.now, w)
+	}
+	for l, ls := range b.layers {
+		ls.CoveredSeconds = covered(b.now, b.layerSince[l], b.winSpan)
+		sort.Slice(ls.Headlines, func(i, j int) bool { return ls.Headlines[i].Target < ls.Headlines[j].Target })
+	}
+	b.addGauges()
+	return b.finish(), b.layers
+}
+
+// topBuilder is one top call's rows in the making. Its methods run under
+// the store's lock.
+type topBuilder struct {
+	s          *store
+	now        time.Time
+	w          time.Duration
+	rows       map[string]*TopRow
+	layers     map[Layer]*LayerStatus
+	layerSince map[Layer]time.Time
+	winSpan    float64 // seconds the window's buckets cover
+}
+
+func (b *topBuilder) row(tag string) *TopRow {
+	r := b.rows[tag]
+	if r == nil {
+		r = &TopRow{Tag: tag, Layers: map[Layer]*LayerFigures{}, Sources: map[Source]*SourceFigures{}}
+		b.rows[tag] = r
+	}
+	return r
+}
+
+// layerStatus lists each layer's headlines and the covered span of each
+// layer: the earliest start among its headline series, the window's
+// buckets at most.
+func (b *topBuilder) layerStatus() {
+	s := b.s
+	b.layers, b.layerSince = map[Layer]*LayerStatus{}, map[Layer]time.Time{}
 	for tl, src := range s.headline {
-		ls := layers[tl.layer]
+		ls := b.layers[tl.layer]
 		if ls == nil {
 			ls = &LayerStatus{}
-			layers[tl.layer] = ls
+			b.layers[tl.layer] = ls
 		}
 		ls.Headlines = append(ls.Headlines, TargetSource{Target: tl.target, Source: src})
 		if sr := s.series[seriesKey{tl.target, src}]; sr != nil {
 			since := cmp.Or(sr.since, s.started)
-			if t := layerSince[tl.layer]; t.IsZero() || since.Before(t) {
-				layerSince[tl.layer] = since
+			if t := b.layerSince[tl.layer]; t.IsZero() || since.Before(t) {
+				b.layerSince[tl.layer] = since
 			}
 		}
 	}
-	var winSpan float64
-	for k, sr := range s.series {
-		l := k.source.Layer()
-		if l == "" {
-			continue
-		}
-		headline := s.isHeadline(k)
-		var lowerBound bool
-		for tag, e := range sr.tags {
-			sum, ws := e.window(now, w)
-			winSpan = ws
-			lowerBound = !sr.lowerBound.IsZero() && now.Sub(sr.lowerBound).Seconds() < ws
-			var sessions, pinned int
-			if g := sr.gauges; g != nil {
-				sessions = g.sessions[tag]
-				for tr, n := range g.pinned {
-					if tr[0] == tag {
-						pinned += n
-					}
+}
+
+// addSeries adds one series' window to its tags' source figures and, for a
+// headline series, to their layer figures.
+func (b *topBuilder) addSeries(k seriesKey, l Layer, sr *series) {
+	headline := b.s.isHeadline(k)
+	for tag, e := range sr.tags {
+		sum, ws := e.window(b.now, b.w)
+		b.winSpan = ws
+		lowerBound := !sr.lowerBound.IsZero() && b.now.Sub(sr.lowerBound).Seconds() < ws
+		var sessions, pinned int
+		if g := sr.gauges; g != nil {
+			sessions = g.sessions[tag]
+			for tr, n := range g.pinned {
+				if tr[0] == tag {
+					pinned += n
 				}
 			}
-			if sum == (figures{}) && sessions == 0 && pinned == 0 {
-				continue
-			}
-			r := row(tag)
-			cov := covered(now, cmp.Or(sr.since, s.started), ws)
-			sf := r.Sources[k.source]
-			if sf == nil {
-				sf = &SourceFigures{}
-				r.Sources[k.source] = sf
-			}
-			sf.HoldSeconds += sum.hold
-			sf.IdleHoldSeconds += sum.idle
-			sf.ActiveSeconds += sum.active
-			sf.Statements += sum.stmts
-			sf.Errors += sum.errors
-			sf.WaitSeconds += sum.wait
-			sf.Occupancy += sum.hold / divisor(cov)
-			sf.Sessions += sessions
-			sf.PinnedSessions += pinned
-			sf.Targets = append(sf.Targets, k.target)
-			sf.Stale = sf.Stale || !sr.up
-			sf.StatementsLowerBound = sf.StatementsLowerBound || lowerBound
-			sf.CoveredSeconds = max(sf.CoveredSeconds, cov)
-			if !headline || sum == (figures{}) {
-				continue
-			}
-			lf := r.Layers[l]
-			if lf == nil {
-				lf = &LayerFigures{Source: k.source}
-				r.Layers[l] = lf
-			} else if lf.Source != k.source {
-				lf.Source = "mixed" // targets of one layer with different headlines
-			}
-			lf.HoldSeconds += sum.hold
-			lf.IdleHoldSeconds += sum.idle
-			lf.ActiveSeconds += sum.active
-			lf.Statements += sum.stmts
-			lf.Errors += sum.errors
-			lf.WaitSeconds += sum.wait
-			lf.Targets = append(lf.Targets, k.target)
-			lf.Stale = lf.Stale || !sr.up
-			lf.StatementsLowerBound = lf.StatementsLowerBound || lowerBound
 		}
+		if sum == (figures{}) && sessions == 0 && pinned == 0 {
+			continue
+		}
+		r := b.row(tag)
+		cov := covered(b.now, cmp.Or(sr.since, b.s.started), ws)
+		sf := r.Sources[k.source]
+		if sf == nil {
+			sf = &SourceFigures{}
+			r.Sources[k.source] = sf
+		}
+		sf.add(&sum, cov, sessions, pinned)
+		sf.Targets = append(sf.Targets, k.target)
+		sf.Stale = sf.Stale || !sr.up
+		sf.StatementsLowerBound = sf.StatementsLowerBound || lowerBound
+		if !headline || sum == (figures{}) {
+			continue
+		}
+		lf := r.Layers[l]
+		if lf == nil {
+			lf = &LayerFigures{Source: k.source}
+			r.Layers[l] = lf
+		} else if lf.Source != k.source {
+			lf.Source = "mixed" // targets of one layer with different headlines
+		}
+		lf.add(&sum)
+		lf.Targets = append(lf.Targets, k.target)
+		lf.Stale = lf.Stale || !sr.up
+		lf.StatementsLowerBound = lf.StatementsLowerBound || lowerBound
 	}
-	if winSpan == 0 {
-		_, winSpan = (&entry{}).window(now, w)
-	}
-	for l, ls := range layers {
-		ls.CoveredSeconds = covered(now, layerSince[l], winSpan)
-		sort.Slice(ls.Headlines, func(i, j int) bool { return ls.Headlines[i].Target < ls.Headlines[j].Target })
-	}
-	// Sessions and pins now, from each layer's gauge source, for the
-	// layers that have figures or sessions.
+}
+
+// add adds a window's figures, covering cov seconds, and gauges.
+func (sf *SourceFigures) add(sum *figures, cov float64, sessions, pinned int) {
+	sf.HoldSeconds += sum.hold
+	sf.IdleHoldSeconds += sum.idle
+	sf.ActiveSeconds += sum.active
+	sf.Statements += sum.stmts
+	sf.Errors += sum.errors
+	sf.WaitSeconds += sum.wait
+	sf.Occupancy += sum.hold / divisor(cov)
+	sf.Sessions += sessions
+	sf.PinnedSessions += pinned
+	sf.CoveredSeconds = max(sf.CoveredSeconds, cov)
+}
+
+// add adds a headline series' window figures.
+func (lf *LayerFigures) add(sum *figures) {
+	lf.HoldSeconds += sum.hold
+	lf.IdleHoldSeconds += sum.idle
+	lf.ActiveSeconds += sum.active
+	lf.Statements += sum.stmts
+	lf.Errors += sum.errors
+	lf.WaitSeconds += sum.wait
+}
+
+// addGauges adds sessions and pins now, from each layer's gauge source, for
+// the layers that have figures or sessions.
+func (b *topBuilder) addGauges() {
+	s := b.s
 	for k, sr := range s.series {
 		l := k.source.Layer()
 		if l == "" || gaugeSource(l) != k.source || sr.gauges == nil || s.headline[targetLayer{k.target, l}] == "" {
@@ -472,20 +507,24 @@ func (s *store) top(w time.Duration) ([]TopRow, map[Layer]*LayerStatus) {
 			if n == 0 {
 				continue
 			}
-			lf := row(tag).layer(l, s.headline[targetLayer{k.target, l}])
+			lf := b.row(tag).layer(l, s.headline[targetLayer{k.target, l}])
 			lf.Sessions += n
 		}
 		for tr, n := range sr.gauges.pinned {
 			if n == 0 {
 				continue
 			}
-			row(tr[0]).layer(l, s.headline[targetLayer{k.target, l}]).PinnedSessions += n
+			b.row(tr[0]).layer(l, s.headline[targetLayer{k.target, l}]).PinnedSessions += n
 		}
 	}
-	out := make([]TopRow, 0, len(rows))
-	for _, r := range rows {
+}
+
+// finish computes each row's per-layer rates and returns the rows.
+func (b *topBuilder) finish() []TopRow {
+	out := make([]TopRow, 0, len(b.rows))
+	for _, r := range b.rows {
 		for l, lf := range r.Layers {
-			lf.CoveredSeconds = layers[l].CoveredSeconds
+			lf.CoveredSeconds = b.layers[l].CoveredSeconds
 			lf.Occupancy = lf.HoldSeconds / divisor(lf.CoveredSeconds)
 			lf.StatementsPerSecond = lf.Statements / divisor(lf.CoveredSeconds)
 			lf.IdleShare = share(lf.IdleHoldSeconds, lf.HoldSeconds)
@@ -497,7 +536,7 @@ func (s *store) top(w time.Duration) ([]TopRow, map[Layer]*LayerStatus) {
 		}
 		out = append(out, *r)
 	}
-	return out, layers
+	return out
 }
 
 // layer returns the row's figures of layer l, creating them (with the

@@ -217,8 +217,20 @@ func (a *Attributor) Add(e *Event) {
 	}
 	tag, tagged := AppendTag(a.tagBuf[:0], e.Query)
 	a.tagBuf = tag[:0]
-	local := e.Hostgroup < 0 && len(e.Server) == 0
+	if a.boundary(e, s, class, tag, tagged) {
+		return
+	}
+	if e.Hostgroup < 0 && len(e.Server) == 0 && !s.curOpen && !s.inTxn {
+		a.local(e, s, tag, tagged)
+		return
+	}
+	a.statement(e, s, tag, tagged, pins, lockTables)
+}
 
+// boundary handles the statements that begin or end a transaction or
+// change autocommit, and reports whether the event was one of them. UNLOCK
+// TABLES drops the table lock's pin and goes on as a statement.
+func (a *Attributor) boundary(e *Event, s *session, class stmtClass, tag []byte, tagged bool) bool {
 	switch class {
 	case classBegin:
 		if s.inTxn {
@@ -230,7 +242,7 @@ func (a *Attributor) Add(e *Event) {
 		s.cur.Kind = HoldTransaction
 		s.cur.Pins |= PinTransaction
 		a.noteTag(s, tag, tagged, false)
-		return
+		return true
 	case classCommit:
 		if !s.curOpen && !s.inTxn {
 			// A COMMIT whose transaction began before the input did.
@@ -244,13 +256,13 @@ func (a *Attributor) Add(e *Event) {
 		a.noteTag(s, tag, tagged, false)
 		s.inTxn = false
 		a.closeHold(e.ThreadID, s)
-		return
+		return true
 	case classAutocommitOff:
 		s.autocommitOff = true
 		if s.curOpen {
 			a.extend(e.ThreadID, s, e)
 		}
-		return
+		return true
 	case classAutocommitOn:
 		s.autocommitOff = false
 		if s.curOpen {
@@ -259,26 +271,32 @@ func (a *Attributor) Add(e *Event) {
 			s.inTxn = false
 			a.closeHold(e.ThreadID, s)
 		}
-		return
+		return true
 	case classUnlockTables:
 		s.lockTables = false
 		if !s.getLock {
 			s.sticky &^= PinLock
 		}
 	}
+	return false
+}
 
-	if local && !s.curOpen && !s.inTxn {
-		// ProxySQL answered without a backend: nothing was held.
-		h := Hold{SessionID: e.ThreadID, Kind: HoldLocal, StartUS: e.StartUS, EndUS: e.StartUS,
-			Client: s.client, User: s.user, Hostgroup: e.Hostgroup}
-		a.countStatement(&h, e)
-		h.Tag = UntaggedTag
-		if tagged {
-			h.Tag = a.intern(tag)
-		}
-		a.emit(&h)
-		return
+// local emits a statement ProxySQL answered without a backend, outside any
+// hold: nothing was held.
+func (a *Attributor) local(e *Event, s *session, tag []byte, tagged bool) {
+	h := Hold{SessionID: e.ThreadID, Kind: HoldLocal, StartUS: e.StartUS, EndUS: e.StartUS,
+		Client: s.client, User: s.user, Hostgroup: e.Hostgroup}
+	a.countStatement(&h, e)
+	h.Tag = UntaggedTag
+	if tagged {
+		h.Tag = a.intern(tag)
 	}
+	a.emit(&h)
+}
+
+// statement adds a statement to the session's hold, opening one (a
+// transaction under autocommit=0), and closes it outside a transaction.
+func (a *Attributor) statement(e *Event, s *session, tag []byte, tagged bool, pins Pin, lockTables bool) {
 	if s.autocommitOff && !s.inTxn {
 		// Under autocommit=0 the first statement opens a transaction that
 		// lasts until COMMIT or ROLLBACK.

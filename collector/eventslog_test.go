@@ -185,3 +185,19 @@ func FuzzParseEvent(f *testing.F) {
 		}
 	})
 }
+
+// TestParseEventDoesNotAllocate holds parseEvent to the reason it is one
+// long function: a line with escapes, parsed into a reused event and
+// scratch buffer, costs no allocation.
+func TestParseEventDoesNotAllocate(t *testing.T) {
+	line := []byte(sampleLine)
+	var ev Event
+	scratch := make([]byte, 0, 1024)
+	if allocs := testing.AllocsPerRun(100, func() {
+		if err := parseEvent(line, &ev, &scratch); err != nil {
+			t.Fatal(err)
+		}
+	}); allocs != 0 {
+		t.Errorf("parseEvent allocates %v times per line; want 0", allocs)
+	}
+}

@@ -111,112 +111,140 @@ func (m *metricsCollector) Collect(ch chan<- prometheus.Metric) {
 	s := m.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	c := prometheus.CounterValue
-	g := prometheus.GaugeValue
 	now := s.now()
 	for tl, src := range s.headline {
-		ch <- prometheus.MustNewConstMetric(m.layerSource, g, 1, tl.target, string(tl.layer), string(src))
+		ch <- prometheus.MustNewConstMetric(m.layerSource, prometheus.GaugeValue, 1, tl.target, string(tl.layer), string(src))
 	}
 	for k, sr := range s.series {
-		t, src := k.target, string(k.source)
-		st := s.status(k, sr, now)
-		ch <- prometheus.MustNewConstMetric(m.up, g, b2f(st.Up), t, src)
-		for _, state := range SourceStates {
-			ch <- prometheus.MustNewConstMetric(m.state, g, b2f(st.State == state), t, src, state)
+		m.collectStatus(ch, k, sr, s.status(k, sr, now))
+		if s.isHeadline(k) {
+			m.collectLayer(ch, k, sr)
 		}
-		for _, dg := range sr.degraded {
-			ch <- prometheus.MustNewConstMetric(m.degraded, g, 1, t, src, dg.Reason)
-		}
-		layer := string(k.source.Layer())
-		headline := s.isHeadline(k)
-		if headline {
-			for tag, e := range sr.tags {
-				ch <- prometheus.MustNewConstMetric(m.layerHold, c, e.total.hold, t, layer, tag)
-				ch <- prometheus.MustNewConstMetric(m.layerIdle, c, e.total.idle, t, layer, tag)
-				ch <- prometheus.MustNewConstMetric(m.layerActive, c, e.total.active, t, layer, tag)
-				ch <- prometheus.MustNewConstMetric(m.layerStmts, c, e.total.stmts, t, layer, tag)
-				ch <- prometheus.MustNewConstMetric(m.layerErrs, c, e.total.errors, t, layer, tag)
-				if k.source.Layer() == LayerProxy {
-					ch <- prometheus.MustNewConstMetric(m.layerWait, c, e.total.wait, t, layer, tag)
-				}
+		if l := k.source.Layer(); sr.gauges != nil && l != "" && gaugeSource(l) == k.source && s.headline[targetLayer{k.target, l}] != "" {
+			for tag, n := range sr.gauges.sessions {
+				ch <- prometheus.MustNewConstMetric(m.layerSessions, prometheus.GaugeValue, float64(n), k.target, string(l), tag)
 			}
 		}
-		if gs := sr.gauges; gs != nil && layer != "" && gaugeSource(k.source.Layer()) == k.source &&
-			s.headline[targetLayer{t, k.source.Layer()}] != "" {
-			for tag, n := range gs.sessions {
-				ch <- prometheus.MustNewConstMetric(m.layerSessions, g, float64(n), t, layer, tag)
-			}
+		m.collectTags(ch, k, sr)
+		if sr.gauges != nil {
+			m.collectGauges(ch, k, sr.gauges)
 		}
-		if !sr.lastSuccess.IsZero() {
-			ch <- prometheus.MustNewConstMetric(m.lastSuccess, g, float64(sr.lastSuccess.UnixMilli())/1e3, t, src)
+	}
+}
+
+// collectStatus sends a series' health and its rejected input.
+func (m *metricsCollector) collectStatus(ch chan<- prometheus.Metric, k seriesKey, sr *series, st SourceStatus) {
+	t, src, g := k.target, string(k.source), prometheus.GaugeValue
+	ch <- prometheus.MustNewConstMetric(m.up, g, b2f(st.Up), t, src)
+	for _, state := range SourceStates {
+		ch <- prometheus.MustNewConstMetric(m.state, g, b2f(st.State == state), t, src, state)
+	}
+	for _, dg := range sr.degraded {
+		ch <- prometheus.MustNewConstMetric(m.degraded, g, 1, t, src, dg.Reason)
+	}
+	if !sr.lastSuccess.IsZero() {
+		ch <- prometheus.MustNewConstMetric(m.lastSuccess, g, float64(sr.lastSuccess.UnixMilli())/1e3, t, src)
+	}
+	ch <- prometheus.MustNewConstMetric(m.overflow, prometheus.CounterValue, sr.overflow, t, src)
+	ch <- prometheus.MustNewConstMetric(m.bad, prometheus.CounterValue, sr.malformed, t, src)
+}
+
+// collectLayer sends a headline series' counters as its layer's.
+func (m *metricsCollector) collectLayer(ch chan<- prometheus.Metric, k seriesKey, sr *series) {
+	t, layer, c := k.target, string(k.source.Layer()), prometheus.CounterValue
+	for tag, e := range sr.tags {
+		ch <- prometheus.MustNewConstMetric(m.layerHold, c, e.total.hold, t, layer, tag)
+		ch <- prometheus.MustNewConstMetric(m.layerIdle, c, e.total.idle, t, layer, tag)
+		ch <- prometheus.MustNewConstMetric(m.layerActive, c, e.total.active, t, layer, tag)
+		ch <- prometheus.MustNewConstMetric(m.layerStmts, c, e.total.stmts, t, layer, tag)
+		ch <- prometheus.MustNewConstMetric(m.layerErrs, c, e.total.errors, t, layer, tag)
+		if k.source.Layer() == LayerProxy {
+			ch <- prometheus.MustNewConstMetric(m.layerWait, c, e.total.wait, t, layer, tag)
 		}
-		ch <- prometheus.MustNewConstMetric(m.overflow, c, sr.overflow, t, src)
-		ch <- prometheus.MustNewConstMetric(m.bad, c, sr.malformed, t, src)
-		for tag, e := range sr.tags {
-			ch <- prometheus.MustNewConstMetric(m.hold, c, e.total.hold, t, src, tag)
-			ch <- prometheus.MustNewConstMetric(m.idle, c, e.total.idle, t, src, tag)
-			ch <- prometheus.MustNewConstMetric(m.active, c, e.total.active, t, src, tag)
-			ch <- prometheus.MustNewConstMetric(m.stmts, c, e.total.stmts, t, src, tag)
-			ch <- prometheus.MustNewConstMetric(m.errs, c, e.total.errors, t, src, tag)
-			if k.source == SourceProxySQLProcesslist || k.source == SourceProxySQLEvents {
-				ch <- prometheus.MustNewConstMetric(m.wait, c, e.total.wait, t, src, tag)
-			}
-			for reason, v := range e.pinnedSecs {
-				ch <- prometheus.MustNewConstMetric(m.pinnedSecs, c, v, t, tag, reason)
-			}
+	}
+}
+
+// collectTags sends a series' per-tag counters.
+func (m *metricsCollector) collectTags(ch chan<- prometheus.Metric, k seriesKey, sr *series) {
+	t, src, c := k.target, string(k.source), prometheus.CounterValue
+	for tag, e := range sr.tags {
+		ch <- prometheus.MustNewConstMetric(m.hold, c, e.total.hold, t, src, tag)
+		ch <- prometheus.MustNewConstMetric(m.idle, c, e.total.idle, t, src, tag)
+		ch <- prometheus.MustNewConstMetric(m.active, c, e.total.active, t, src, tag)
+		ch <- prometheus.MustNewConstMetric(m.stmts, c, e.total.stmts, t, src, tag)
+		ch <- prometheus.MustNewConstMetric(m.errs, c, e.total.errors, t, src, tag)
+		if k.source == SourceProxySQLProcesslist || k.source == SourceProxySQLEvents {
+			ch <- prometheus.MustNewConstMetric(m.wait, c, e.total.wait, t, src, tag)
 		}
-		gs := sr.gauges
-		if gs == nil {
-			continue
+		for reason, v := range e.pinnedSecs {
+			ch <- prometheus.MustNewConstMetric(m.pinnedSecs, c, v, t, tag, reason)
 		}
-		for tag, n := range gs.sessions {
-			ch <- prometheus.MustNewConstMetric(m.sessions, g, float64(n), t, src, tag)
-		}
-		for tr, n := range gs.pinned {
-			ch <- prometheus.MustNewConstMetric(m.pinned, g, float64(n), t, tr[0], tr[1])
-		}
-		if k.source == SourceProxySQLProcesslist {
-			ch <- prometheus.MustNewConstMetric(m.waiting, g, float64(gs.waiting), t)
-		}
-		if lf := gs.locks; lf != nil {
-			for k, n := range lf.locks {
-				ch <- prometheus.MustNewConstMetric(m.locks, g, float64(n), t, k[0], k[1], k[2])
-			}
-			for k, n := range lf.deadlocks {
-				ch <- prometheus.MustNewConstMetric(m.deadlocks, c, n, t, k[0], k[1])
-			}
-			ch <- prometheus.MustNewConstMetric(m.lockOutput, g, b2f(lf.lockOutputOn), t)
-			ch <- prometheus.MustNewConstMetric(m.thrRunning, g, float64(lf.sat.ThreadsRunning), t)
-			ch <- prometheus.MustNewConstMetric(m.thrConnected, g, float64(lf.sat.ThreadsConnected), t)
-			ch <- prometheus.MustNewConstMetric(m.maxConn, g, float64(lf.sat.MaxConnections), t)
-			if lf.sat.QueueKnown {
-				ch <- prometheus.MustNewConstMetric(m.thrQueue, g, float64(lf.sat.Queued), t, lf.sat.QueueSource)
-			}
-			if tp := lf.sat.ThreadPool; tp != nil {
-				ch <- prometheus.MustNewConstMetric(m.thrQueueOldest, g, tp.OldestQueuedSeconds, t)
-			}
-		}
-		for _, p := range gs.pool {
-			hg := strconv.FormatInt(p.Hostgroup, 10)
-			ch <- prometheus.MustNewConstMetric(m.poolConns, g, float64(p.ConnUsed), t, hg, p.Server, "used")
-			ch <- prometheus.MustNewConstMetric(m.poolConns, g, float64(p.ConnFree), t, hg, p.Server, "free")
-			ch <- prometheus.MustNewConstMetric(m.poolErrs, c, float64(p.ConnERR), t, hg, p.Server)
-			ch <- prometheus.MustNewConstMetric(m.poolQueries, c, float64(p.Queries), t, hg, p.Server)
-			ch <- prometheus.MustNewConstMetric(m.poolLatency, g, float64(p.LatencyUS)/1e6, t, hg, p.Server)
-		}
-		if gl := gs.global; gl != nil {
-			ch <- prometheus.MustNewConstMetric(m.clientConns, g, gl.clientConnections, t)
-			ch <- prometheus.MustNewConstMetric(m.activeTrx, g, gl.activeTransactions, t)
-			ch <- prometheus.MustNewConstMetric(m.getFails, c, gl.getConnFailures, t)
-		}
-		for tag, f := range gs.trx {
-			ch <- prometheus.MustNewConstMetric(m.trx, g, float64(f.count), t, tag)
-			ch <- prometheus.MustNewConstMetric(m.trxAge, g, f.maxAge, t, tag)
-			ch <- prometheus.MustNewConstMetric(m.rowsLocked, g, float64(f.rowsLocked), t, tag)
-		}
-		for wb, n := range gs.waits {
-			ch <- prometheus.MustNewConstMetric(m.waits, g, float64(n), t, wb[0], wb[1])
-		}
+	}
+}
+
+// collectGauges sends an up series' current-state figures.
+func (m *metricsCollector) collectGauges(ch chan<- prometheus.Metric, k seriesKey, gs *gauges) {
+	t, src, g := k.target, string(k.source), prometheus.GaugeValue
+	for tag, n := range gs.sessions {
+		ch <- prometheus.MustNewConstMetric(m.sessions, g, float64(n), t, src, tag)
+	}
+	for tr, n := range gs.pinned {
+		ch <- prometheus.MustNewConstMetric(m.pinned, g, float64(n), t, tr[0], tr[1])
+	}
+	if k.source == SourceProxySQLProcesslist {
+		ch <- prometheus.MustNewConstMetric(m.waiting, g, float64(gs.waiting), t)
+	}
+	if lf := gs.locks; lf != nil {
+		m.collectLocks(ch, t, lf)
+	}
+	m.collectPool(ch, t, gs)
+	for tag, f := range gs.trx {
+		ch <- prometheus.MustNewConstMetric(m.trx, g, float64(f.count), t, tag)
+		ch <- prometheus.MustNewConstMetric(m.trxAge, g, f.maxAge, t, tag)
+		ch <- prometheus.MustNewConstMetric(m.rowsLocked, g, float64(f.rowsLocked), t, tag)
+	}
+	for wb, n := range gs.waits {
+		ch <- prometheus.MustNewConstMetric(m.waits, g, float64(n), t, wb[0], wb[1])
+	}
+}
+
+// collectLocks sends the mysql_locks source's locks, deadlocks and thread
+// saturation.
+func (m *metricsCollector) collectLocks(ch chan<- prometheus.Metric, t string, lf *lockFigures) {
+	g := prometheus.GaugeValue
+	for k, n := range lf.locks {
+		ch <- prometheus.MustNewConstMetric(m.locks, g, float64(n), t, k[0], k[1], k[2])
+	}
+	for k, n := range lf.deadlocks {
+		ch <- prometheus.MustNewConstMetric(m.deadlocks, prometheus.CounterValue, n, t, k[0], k[1])
+	}
+	ch <- prometheus.MustNewConstMetric(m.lockOutput, g, b2f(lf.lockOutputOn), t)
+	ch <- prometheus.MustNewConstMetric(m.thrRunning, g, float64(lf.sat.ThreadsRunning), t)
+	ch <- prometheus.MustNewConstMetric(m.thrConnected, g, float64(lf.sat.ThreadsConnected), t)
+	ch <- prometheus.MustNewConstMetric(m.maxConn, g, float64(lf.sat.MaxConnections), t)
+	if lf.sat.QueueKnown {
+		ch <- prometheus.MustNewConstMetric(m.thrQueue, g, float64(lf.sat.Queued), t, lf.sat.QueueSource)
+	}
+	if tp := lf.sat.ThreadPool; tp != nil {
+		ch <- prometheus.MustNewConstMetric(m.thrQueueOldest, g, tp.OldestQueuedSeconds, t)
+	}
+}
+
+// collectPool sends ProxySQL's connection pool and global status.
+func (m *metricsCollector) collectPool(ch chan<- prometheus.Metric, t string, gs *gauges) {
+	g, c := prometheus.GaugeValue, prometheus.CounterValue
+	for _, p := range gs.pool {
+		hg := strconv.FormatInt(p.Hostgroup, 10)
+		ch <- prometheus.MustNewConstMetric(m.poolConns, g, float64(p.ConnUsed), t, hg, p.Server, "used")
+		ch <- prometheus.MustNewConstMetric(m.poolConns, g, float64(p.ConnFree), t, hg, p.Server, "free")
+		ch <- prometheus.MustNewConstMetric(m.poolErrs, c, float64(p.ConnERR), t, hg, p.Server)
+		ch <- prometheus.MustNewConstMetric(m.poolQueries, c, float64(p.Queries), t, hg, p.Server)
+		ch <- prometheus.MustNewConstMetric(m.poolLatency, g, float64(p.LatencyUS)/1e6, t, hg, p.Server)
+	}
+	if gl := gs.global; gl != nil {
+		ch <- prometheus.MustNewConstMetric(m.clientConns, g, gl.clientConnections, t)
+		ch <- prometheus.MustNewConstMetric(m.activeTrx, g, gl.activeTransactions, t)
+		ch <- prometheus.MustNewConstMetric(m.getFails, c, gl.getConnFailures, t)
 	}
 }
 

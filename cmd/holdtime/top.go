@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"net/http"
 	"net/url"
 	"os"
 	"os/signal"
@@ -217,8 +216,11 @@ func (t *topCmd) run(ctx context.Context) error {
 	var src topSource
 	var down string // what a failed answer is, in the header
 	if t.collectorURL != "" {
-		u, _ := url.Parse(strings.TrimRight(t.collectorURL, "/")) // validated
-		src = &httpTop{base: u.String(), shown: u.Redacted(), client: &http.Client{Timeout: 5 * time.Second}}
+		c, err := collector.NewClient(t.collectorURL, nil)
+		if err != nil {
+			return err
+		}
+		src = httpTop{c}
 		down = "collector" // the error names its address
 	} else {
 		local, err := startLocalTop(ctx, t.proxysqlDSNs, t.mysqlDSNs, t.timeout)
@@ -577,53 +579,10 @@ func (v *topView) table(rows []collector.TopRow) *table {
 }
 
 // httpTop reads a running collector's /api/v1/top.
-type httpTop struct {
-	base   string // the URL as given: its userinfo, if any, is the collector's basic auth
-	shown  string // base without its password, for messages
-	client *http.Client
-}
+type httpTop struct{ c *collector.Client }
 
-func (h *httpTop) top(ctx context.Context, q collector.TopQuery) (collector.TopResponse, error) {
-	var doc collector.TopResponse
-	params := url.Values{"window": {windowParam(q.Window)}, "layer": {q.Layer}, "sort": {q.Sort}}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, h.base+"/api/v1/top?"+params.Encode(), nil)
-	if err != nil {
-		return doc, err
-	}
-	resp, err := h.client.Do(req)
-	if err != nil {
-		if ctx.Err() != nil {
-			return doc, ctx.Err()
-		}
-		return doc, fmt.Errorf("cannot reach the collector at %s: is `holdtime collect` running there? (%v)", h.shown, unwrapURLError(err))
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		msg := strings.TrimSpace(string(body))
-		var apiErr struct {
-			Error string `json:"error"`
-		}
-		if json.Unmarshal(body, &apiErr) == nil && apiErr.Error != "" {
-			msg = apiErr.Error
-		}
-		return doc, fmt.Errorf("collector at %s answered %s: %s", h.shown, resp.Status, msg)
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&doc); err != nil {
-		return doc, fmt.Errorf("collector at %s sent something that is not holdtime's /api/v1/top JSON: %v", h.shown, err)
-	}
-	return doc, nil
-}
-
-// windowParam names a window as /api/v1/top?window= takes it.
-func windowParam(w time.Duration) string {
-	switch w {
-	case 10 * time.Second:
-		return "10s"
-	case 5 * time.Minute:
-		return "5m"
-	}
-	return "1m"
+func (h httpTop) top(ctx context.Context, q collector.TopQuery) (collector.TopResponse, error) {
+	return h.c.Top(ctx, q)
 }
 
 func unwrapURLError(err error) error {

@@ -5,9 +5,14 @@
 // One implementation serves two front ends: `holdtime analyze` reads files
 // after the fact, and the collector daemon feeds the same types live.
 //
-//   - ParseTag and AppendTag extract a tag from statement text: conntag's
+//   - Tags are read from statement text by conntag.ParseTag and
+//     conntag.AppendTag, the one parser of the tag grammar (conntag's
 //     comment at the end of the statement, the leading form older conntag
-//     versions wrote, or sqlcommenter's trailing conn_tag='NAME'.
+//     versions wrote, or sqlcommenter's trailing conn_tag='NAME');
+//     ParseTag and AppendTag here are the same functions. A tag that
+//     arrives as a value (an OTLP span attribute) must pass
+//     conntag.ValidTag.
+//   - Client reads a running collector's /api/v1/top.
 //   - EventsReader streams ProxySQL's JSON events log
 //     (mysql-eventslog_format=2), plain or gzip, in bounded memory, counting
 //     and skipping malformed lines. A line's times must be between 1970 and

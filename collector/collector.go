@@ -266,7 +266,10 @@ type Collector struct {
 	mysqls  []*mysqlTarget
 	otlp    *otlpReceiver
 	router  *spanRouter // nil without the OTLP receiver
-	running sync.Mutex
+	// pollSeconds is how long each poll took, failed ones included: the
+	// runner's, so every polled source has it.
+	pollSeconds *prometheus.HistogramVec
+	running     sync.Mutex
 	// onPoll, when set (tests), is called after every poll, so a test can
 	// wait for a poll instead of sleeping.
 	onPoll func(target string, source Source, err error)
@@ -321,6 +324,16 @@ func New(cfg Config) (*Collector, error) {
 			c.closeTargets()
 			return nil, fmt.Errorf("create record directory: %w: check the path and permissions", err)
 		}
+	}
+	c.pollSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "holdtime_collector_poll_duration_seconds",
+		Help: "How long one poll of a source took, connecting included, failed polls too. A poll near its source's interval cannot keep up; near Config.Timeout it is timing out.",
+		// From a 50 ms processlist sample to the 5 s default timeout.
+		Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
+	}, []string{"target", "source"})
+	if err := cfg.Registerer.Register(c.pollSeconds); err != nil {
+		c.closeTargets()
+		return nil, fmt.Errorf("register collector metrics: %w: give each Collector its own registry", err)
 	}
 	if err := cfg.Registerer.Register(newMetricsCollector(c.st)); err != nil {
 		c.closeTargets()
@@ -398,6 +411,7 @@ type poller struct {
 
 func (p *poller) run(ctx context.Context) {
 	p.c.st.register(p.target, p.source)
+	took := p.c.pollSeconds.WithLabelValues(p.target, string(p.source))
 	backoff := time.Duration(0)
 	t := time.NewTimer(0)
 	defer t.Stop()
@@ -415,6 +429,7 @@ func (p *poller) run(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
+		took.Observe(time.Since(start).Seconds())
 		if err != nil {
 			err = p.causes.explain(err, start)
 			kind := FailureOf(err)

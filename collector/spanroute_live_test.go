@@ -69,25 +69,7 @@ func TestSpansReachOnlyTheProxySQLTheyWentThrough(t *testing.T) {
 	polls.wait(t, "px1", SourceProxySQLProcesslist, 2)
 	polls.wait(t, "px2", SourceProxySQLProcesslist, 2)
 
-	var apps [2]*sql.DB
-	for i, px := range pxs {
-		exp, err := otlptracehttp.New(ctx, otlptracehttp.WithEndpointURL(srv.URL+"/v1/traces"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp, sdktrace.WithBatchTimeout(200*time.Millisecond)),
-			sdktrace.WithSpanProcessor(newDialledAddress(t, px.AppAddr)))
-		t.Cleanup(func() { tp.Shutdown(context.Background()) })
-		connector, err := mysql.NewConnector(px.AppConfig())
-		if err != nil {
-			t.Fatal(err)
-		}
-		db := conntag.OpenDB(connector, conntag.WithTracerProvider(tp), conntag.WithSessionID(), conntag.WithoutMetrics())
-		t.Cleanup(func() { db.Close() })
-		db.SetMaxOpenConns(1)
-		db.SetMaxIdleConns(1)
-		apps[i] = db
-	}
+	apps := appsBehind(t, srv.URL+"/v1/traces", pxs)
 	id := collideSessionIDs(t, pxs, apps)
 	t.Logf("both apps hold ProxySQL session %d", id)
 
@@ -119,28 +101,7 @@ func TestSpansReachOnlyTheProxySQLTheyWentThrough(t *testing.T) {
 	if t.Failed() {
 		return
 	}
-	state := func() string {
-		c.st.mu.Lock()
-		defer c.st.mu.Unlock()
-		s := ""
-		for _, target := range []string{"px1", "px2"} {
-			for _, tag := range []string{tags[0], tags[1], UnknownTag} {
-				s += formatFloat(holdOf(c.st, target, SourceProxySQLProcesslist, tag)) + " "
-			}
-		}
-		return s
-	}
-	// Settled: unchanged over more than TagGrace of polls of both.
-	prev, same := "", 0
-	for i := 0; i < 400 && same < 60; i++ {
-		polls.wait(t, "px1", SourceProxySQLProcesslist, 1)
-		polls.wait(t, "px2", SourceProxySQLProcesslist, 1)
-		if s := state(); s == prev {
-			same++
-		} else {
-			prev, same = s, 0
-		}
-	}
+	waitSettledProxies(t, c, polls, tags[:])
 	c.st.mu.Lock()
 	defer c.st.mu.Unlock()
 	for i, target := range []string{"px1", "px2"} {
@@ -159,6 +120,60 @@ func TestSpansReachOnlyTheProxySQLTheyWentThrough(t *testing.T) {
 	if n, m := c.router.noAddress.Load(), c.router.unknownAddress.Load(); n != 0 || m != 0 {
 		t.Errorf("spans unrouted: %d without address, %d at an unknown address; every span named its ProxySQL", n, m)
 	}
+}
+
+// waitSettledProxies waits until px1's and px2's processlist hold of tags
+// and of unknown stays unchanged over more than TagGrace of polls.
+func waitSettledProxies(t *testing.T, c *Collector, polls *pollCount, tags []string) {
+	t.Helper()
+	state := func() string {
+		c.st.mu.Lock()
+		defer c.st.mu.Unlock()
+		s := ""
+		for _, target := range []string{"px1", "px2"} {
+			for _, tag := range append(tags, UnknownTag) {
+				s += formatFloat(holdOf(c.st, target, SourceProxySQLProcesslist, tag)) + " "
+			}
+		}
+		return s
+	}
+	prev, same := "", 0
+	for i := 0; i < 400 && same < 60; i++ {
+		polls.wait(t, "px1", SourceProxySQLProcesslist, 1)
+		polls.wait(t, "px2", SourceProxySQLProcesslist, 1)
+		if s := state(); s == prev {
+			same++
+		} else {
+			prev, same = s, 0
+		}
+	}
+}
+
+// appsBehind opens one conntag app behind each ProxySQL, one connection
+// each, exporting its spans to url with the address it dials on them.
+func appsBehind(t *testing.T, url string, pxs [2]*testenv.ProxySQL) [2]*sql.DB {
+	t.Helper()
+	ctx := context.Background()
+	var apps [2]*sql.DB
+	for i, px := range pxs {
+		exp, err := otlptracehttp.New(ctx, otlptracehttp.WithEndpointURL(url))
+		if err != nil {
+			t.Fatal(err)
+		}
+		tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp, sdktrace.WithBatchTimeout(200*time.Millisecond)),
+			sdktrace.WithSpanProcessor(newDialledAddress(t, px.AppAddr)))
+		t.Cleanup(func() { tp.Shutdown(context.Background()) })
+		connector, err := mysql.NewConnector(px.AppConfig())
+		if err != nil {
+			t.Fatal(err)
+		}
+		db := conntag.OpenDB(connector, conntag.WithTracerProvider(tp), conntag.WithSessionID(), conntag.WithoutMetrics())
+		t.Cleanup(func() { db.Close() })
+		db.SetMaxOpenConns(1)
+		db.SetMaxIdleConns(1)
+		apps[i] = db
+	}
+	return apps
 }
 
 // collideSessionIDs makes both apps' one pooled connection carry the same
@@ -180,15 +195,16 @@ func collideSessionIDs(t *testing.T, pxs [2]*testenv.ProxySQL, apps [2]*sql.DB) 
 			t.Fatal(err)
 		}
 		defer admin.Close()
-		// The app's only client session on this instance (the admin
-		// interface's own sessions are not listed). The admin interface
-		// takes no prepared statements: no placeholder.
+		// The app's client session on this instance: the newest one (the
+		// admin interface's own sessions are not listed; a connection
+		// just discarded may still be, with a lower id). The admin
+		// interface takes no prepared statements: no placeholder.
 		rows, err := admin.QueryContext(ctx, "SELECT SessionID, user FROM stats_mysql_processlist")
 		if err != nil {
 			t.Fatalf("sessions of px%d: %v", i+1, err)
 		}
 		defer rows.Close()
-		var ids []int64
+		var newest int64
 		for rows.Next() {
 			var id int64
 			var user string
@@ -196,13 +212,13 @@ func collideSessionIDs(t *testing.T, pxs [2]*testenv.ProxySQL, apps [2]*sql.DB) 
 				t.Fatal(err)
 			}
 			if user == pxs[i].AppUser {
-				ids = append(ids, id)
+				newest = max(newest, id)
 			}
 		}
-		if err := rows.Err(); err != nil || len(ids) != 1 {
-			t.Fatalf("px%d lists app sessions %v (%v), want the app's one", i+1, ids, err)
+		if err := rows.Err(); err != nil || newest == 0 {
+			t.Fatalf("px%d lists no app session (%v)", i+1, err)
 		}
-		return conn, ids[0]
+		return conn, newest
 	}
 	discard := func(conn *sql.Conn) {
 		conn.Raw(func(any) error { return driver.ErrBadConn })

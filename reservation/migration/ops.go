@@ -287,6 +287,12 @@ func (r *Router) end(ctx context.Context, op string, shopID uint64, id string) e
 	if !isAnswer(err) {
 		return err // the truth's outcome is unknown: a retry, or catchUp, makes the shadow follow
 	}
+	if truth == BackendRedis && errors.Is(err, reservation.ErrExpired) {
+		// Redis found the hold due but gives its units back only when its
+		// sweeper passes: the truth gives them back first, now, or the
+		// shadow (following at once) would have units the truth has not.
+		r.cfg.Redis.Expire(ctx, shopID, id)
+	}
 	// What the shadow does: claim what the truth claimed, give back
 	// what the truth does not hold, nothing when the truth never had it.
 	follow, kind := opRelease, KindRelease

@@ -319,6 +319,23 @@ func (s *Store) Release(ctx context.Context, shopID uint64, reservationID string
 	return nil
 }
 
+// Expire ends a hold whose deadline passed and gives its units back now,
+// as the sweeper would at its next pass (a claim found it due: Claim
+// returned reservation.ErrExpired). A hold not yet due, or not held, is
+// left as it is.
+func (s *Store) Expire(ctx context.Context, shopID uint64, reservationID string) error {
+	ctx = conntag.WithTag(ctx, s.cfg.Tags.Expire)
+	start := time.Now()
+	state, err := s.giveBack(ctx, shopID, reservationID, "expired", s.cfg.Now())
+	if err != nil {
+		return fmt.Errorf("redisstock: expire %s: %w", reservationID, err)
+	}
+	if state == "held" {
+		s.metrics.expired(ctx, start, 1, nil)
+	}
+	return nil
+}
+
 // giveBack runs returnScript: a release when now is zero, else an expiry.
 func (s *Store) giveBack(ctx context.Context, shop uint64, id, newState string, now time.Time) (string, error) {
 	cmdCtx := withCommand(ctx, "script:read")

@@ -27,9 +27,9 @@ import (
 // (server.address, server.port), so each instance's hold goes to its own
 // app's tag, within 15 % of what that app measured, and none to the other's.
 // Offered to every instance, as before, a span named the same-numbered
-// session of the other ProxySQL too.
+// session of the other ProxySQL too (1 to 2 s of 3 went to the other
+// instance's tag).
 func TestSpansReachOnlyTheProxySQLTheyWentThrough(t *testing.T) {
-	skipTimingUnderRace(t)
 	testenv.RequireProxySQL(t)
 	d := testenv.NewDatabase(t)
 	ctx := context.Background()
@@ -110,7 +110,10 @@ func TestSpansReachOnlyTheProxySQLTheyWentThrough(t *testing.T) {
 		unknown := holdOf(c.st, target, SourceProxySQLProcesslist, UnknownTag)
 		t.Logf("%s: %s client %.2f s, collector %.2f s (%+.1f%%); %s %.2f s; unknown %.2f s",
 			target, tags[i], client[i], own, pct(own, client[i]), tags[1-i], other, unknown)
-		if math.Abs(pct(own, client[i])) > 15 {
+		// Under -race the clients, collector and poller slow enough to
+		// move sampled hold (make accuracy checks the bound without it);
+		// that no hold crosses to the other instance holds either way.
+		if !raceDetector && math.Abs(pct(own, client[i])) > 15 {
 			t.Errorf("%s credited %s with %.2f s, its app measured %.2f s", target, tags[i], own, client[i])
 		}
 		if other != 0 {
@@ -182,6 +185,20 @@ func appsBehind(t *testing.T, url string, pxs [2]*testenv.ProxySQL) [2]*sql.DB {
 func collideSessionIDs(t *testing.T, pxs [2]*testenv.ProxySQL, apps [2]*sql.DB) int64 {
 	t.Helper()
 	ctx := context.Background()
+	// One admin connection per instance for the whole search: a new one
+	// would take a session id of the instance's counter too, and two ids
+	// per step could step over the other instance's id forever.
+	var admins [2]*sql.DB
+	for i, px := range pxs {
+		admin, err := sql.Open("mysql", px.AdminDSN())
+		if err != nil {
+			t.Fatal(err)
+		}
+		admin.SetMaxOpenConns(1)
+		admin.SetMaxIdleConns(1)
+		defer admin.Close()
+		admins[i] = admin
+	}
 	sessionOf := func(i int) (*sql.Conn, int64) {
 		conn, err := apps[i].Conn(ctx)
 		if err != nil {
@@ -190,11 +207,7 @@ func collideSessionIDs(t *testing.T, pxs [2]*testenv.ProxySQL, apps [2]*sql.DB) 
 		if err := conn.PingContext(ctx); err != nil {
 			t.Fatal(err)
 		}
-		admin, err := sql.Open("mysql", pxs[i].AdminDSN())
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer admin.Close()
+		admin := admins[i]
 		// The app's client session on this instance: the newest one (the
 		// admin interface's own sessions are not listed; a connection
 		// just discarded may still be, with a lower id). The admin

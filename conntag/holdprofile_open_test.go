@@ -179,19 +179,29 @@ func TestHoldProfileMergesVisibleStacks(t *testing.T) {
 	db := OpenDB(connector, WithHoldProfile(hp), WithoutMetrics())
 	t.Cleanup(func() { db.Close() })
 	ctx := WithTag(context.Background(), "merge")
-	for range 3 {
+	var firstCall time.Duration // the one that opened the connection
+	for i := range 3 {
+		start := time.Now()
 		if err := pingThrough(ctx, db); err != nil {
 			t.Fatal(err)
 		}
+		if i == 0 {
+			firstCall = time.Since(start)
+		}
 	}
 	var n int
-	var holds int64
+	var holds, dial int64
 	prof := hp.Profile()
 	for _, s := range prof.Sample {
 		if s.Label["conn_tag"][0] == "merge" {
 			n++
 			holds += sampleValue(prof, s, "holds")
+			dial += sampleValue(prof, s, "dial")
 		}
+	}
+	// The dial of the one new connection, within the call that made it.
+	if dial <= 0 || time.Duration(dial) > firstCall {
+		t.Errorf("dial %v, want within the first call's %v", time.Duration(dial), firstCall)
 	}
 	if n != 1 || holds != 3 {
 		t.Errorf("%d samples with %d holds, want 1 sample of 3 holds", n, holds)

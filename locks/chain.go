@@ -96,7 +96,9 @@ func Chains(waits []Wait) []Chain {
 	}
 	// Waits in a cycle with no root (a deadlock not yet resolved): one
 	// chain from the lowest thread of each.
-	for _, k := range order {
+	rest := slices.Clone(order)
+	slices.SortStableFunc(rest, func(a, b string) int { return cmp.Compare(refs[a].ThreadID, refs[b].ThreadID) })
+	for _, k := range rest {
 		if !covered[k] {
 			add(k)
 		}

@@ -92,7 +92,10 @@ func TestRedisRestartFromSnapshot(t *testing.T) {
 func TestRedisRestartWithoutPersistence(t *testing.T) {
 	b, rs := redisBackend(t, redisstock.ClaimLedgerFirst, testenv.PersistenceNone)
 	cfg := faultSale()
-	cfg.Backend, cfg.Restarts, cfg.Restart = b, 1, rs.Restart
+	// More stock than the buyers before the restart can buy, so units are
+	// left in Redis when it loses them (with faultSale's 60 the first half
+	// of the buyers could buy them all first: nothing left to undersell).
+	cfg.Backend, cfg.Restarts, cfg.Restart, cfg.Stock = b, 1, rs.Restart, 60
 	r, err := Run(t.Context(), cfg)
 	if err != nil {
 		t.Fatal(err)

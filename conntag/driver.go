@@ -44,6 +44,9 @@ func Open(driverName, dsn string, opts ...Option) (*sql.DB, error) {
 	if cfg.clientPacket < 0 {
 		cfg.clientPacket = clientPacketLimit(dsn)
 	}
+	if cfg.serverAddr == nil {
+		WithServerAddress(dsnServerAddress(dsn))(&cfg)
+	}
 	return openDB(inner, cfg)
 }
 

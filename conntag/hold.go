@@ -36,7 +36,8 @@ func (in *instr) borrow(ctx context.Context, c *conn, ts *tagState) {
 		c.stmts.Store(0)
 		_, c.holdSpan = in.tracer.Start(ctx, "db.connection.hold", trace.WithSpanKind(trace.SpanKindClient),
 			trace.WithTimestamp(in.wall(now)),
-			trace.WithAttributes(attrSystem.String(in.cfg.dbSystem), attrPoolName.String(in.cfg.poolName)))
+			trace.WithAttributes(attrSystem.String(in.cfg.dbSystem), attrPoolName.String(in.cfg.poolName)),
+			trace.WithAttributes(in.cfg.serverAddr...))
 		if c.sessionID != 0 {
 			c.holdSpan.SetAttributes(attribute.Int64("holdtime.session_id", c.sessionID))
 		}

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 )
@@ -27,7 +28,8 @@ type config struct {
 	queryText      bool
 	sessionID      bool
 	holdProfile    *HoldProfile
-	clientPacket   int64 // -1: not set by an option
+	clientPacket   int64                // -1: not set by an option
+	serverAddr     []attribute.KeyValue // server.address, server.port on hold spans; nil: unknown
 }
 
 // DefaultMaxTags is the default cap on distinct tags in metrics.

@@ -163,7 +163,9 @@ func (d *demoCmd) run(ctx context.Context) error {
 		defer p.Close()
 		appCfg = p.AppConfig()
 		appCfg.InterpolateParams = true
-		colCfg.ProxySQL = []collector.ProxySQLConfig{{Name: "proxysql", DSN: p.AdminDSN(), EventsLog: p.EventsLog}}
+		// ClientAddress: the app's hold spans name the address they dialled
+		// (server.address), so their session ids reach this ProxySQL only.
+		colCfg.ProxySQL = []collector.ProxySQLConfig{{Name: "proxysql", DSN: p.AdminDSN(), EventsLog: p.EventsLog, ClientAddress: p.AppAddr}}
 		fmt.Fprintf(d.out, "proxysql   app %s, admin %s, events log %s\n", p.AppAddr, p.AdminAddr, p.EventsLog)
 	} else {
 		fmt.Fprintln(d.out, "proxysql   not installed: the app talks to the server directly")
@@ -215,7 +217,8 @@ func (d *demoCmd) run(ctx context.Context) error {
 		return err
 	}
 	db := conntag.OpenDB(connector, conntag.WithMeterProvider(mp), conntag.WithTracerProvider(tp),
-		conntag.WithSessionID(), conntag.WithDBSystem(string(target.Flavor)), conntag.WithPoolName("shop"), conntag.WithHoldProfile(hp))
+		conntag.WithSessionID(), conntag.WithDBSystem(string(target.Flavor)), conntag.WithPoolName("shop"), conntag.WithHoldProfile(hp),
+		conntag.WithServerAddress(appCfg.Addr))
 	defer db.Close()
 	db.SetMaxOpenConns(d.poolSize)
 	db.SetMaxIdleConns(d.poolSize)

@@ -97,9 +97,14 @@ func Analyze(ctx context.Context, cfg AnalyzeConfig) (*Report, error) {
 		attr.Add(events.Event())
 		haveEvent = events.Next()
 	}
+	interrupted := false
 	if events != nil {
 		if err := events.Err(); err != nil {
-			return nil, err
+			if ctx.Err() == nil || !errors.Is(err, ctx.Err()) {
+				return nil, err
+			}
+			// Ctrl-C on an endless input: report what was read, marked.
+			interrupted = true
 		}
 	}
 	if samples != nil {
@@ -122,7 +127,14 @@ func Analyze(ctx context.Context, cfg AnalyzeConfig) (*Report, error) {
 	}
 	rep := agg.Report(es, ps)
 	if err := agg.nothing(rep, es, ps); err != nil {
+		if interrupted {
+			return nil, fmt.Errorf("interrupted before any hold was read: %w", ctx.Err())
+		}
 		return nil, err
+	}
+	if interrupted {
+		rep.Partial = true
+		rep.Notes = append([]string{fmt.Sprintf("PARTIAL: interrupted after %d events; the report covers the input read until then", es.Events)}, rep.Notes...)
 	}
 	return rep, nil
 }

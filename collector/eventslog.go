@@ -118,21 +118,22 @@ type EventsReader struct {
 	paths []string
 	next  int // index in paths of the next file to open
 
-	name    string
-	file    io.Closer
-	gz      *gzip.Reader
-	br      *bufio.Reader
-	lineNo  int64
-	long    []byte // a line longer than br's buffer, assembled
-	scratch []byte // unescaped JSON strings
-	parsed  Event  // the line just parsed
-	ev      Event  // the event Next returned
-	clock   eventClock
-	dec     clockDecision // events the clock let through, to return in order
-	nextDec int
-	flushed bool
-	stats   ReadStats
-	err     error
+	name      string
+	file      io.Closer
+	stopClose func() bool // stops closing file when ctx ends
+	gz        *gzip.Reader
+	br        *bufio.Reader
+	lineNo    int64
+	long      []byte // a line longer than br's buffer, assembled
+	scratch   []byte // unescaped JSON strings
+	parsed    Event  // the line just parsed
+	ev        Event  // the event Next returned
+	clock     eventClock
+	dec       clockDecision // events the clock let through, to return in order
+	nextDec   int
+	flushed   bool
+	stats     ReadStats
+	err       error
 }
 
 // OpenEventsLog returns a reader over the events log files at paths, read in
@@ -169,6 +170,10 @@ func (r *EventsReader) Close() error {
 
 func (r *EventsReader) closeCurrent() error {
 	var err error
+	if r.stopClose != nil {
+		r.stopClose()
+		r.stopClose = nil
+	}
 	if r.file != nil {
 		err = r.file.Close()
 		r.file = nil
@@ -207,6 +212,10 @@ func (r *EventsReader) openNext() (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("open events log: %w: check the path and that this user can read it", err)
 	}
+	// A read from a pipe or FIFO (holdtime analyze <(ssh host cat log))
+	// blocks until the writer sends more, so checking ctx between reads is
+	// not enough: closing the file ends a pending read (pipes are pollable).
+	r.stopClose = context.AfterFunc(r.ctx, func() { f.Close() })
 	r.file = f
 	if err := r.start(f, path); err != nil {
 		return false, err
@@ -287,6 +296,10 @@ func (r *EventsReader) decided() {
 // a cut gzip stream becomes a warning, anything else stops the reader.
 func (r *EventsReader) endOfFile(err error) {
 	switch {
+	case r.ctx.Err() != nil:
+		// Interrupted (the file was closed under a pending read): what was
+		// read stays; the reader stops with the context's error.
+		r.err = r.ctx.Err()
 	case errors.Is(err, io.EOF):
 	case errors.Is(err, io.ErrUnexpectedEOF) && r.gz != nil:
 		r.stats.Warnings = append(r.stats.Warnings, fmt.Sprintf(

@@ -26,6 +26,9 @@ type Report struct {
 	EventsLog        *ReadStats        `json:"events_log,omitempty"`
 	Processlist      *ProcesslistStats `json:"processlist,omitempty"`
 	Notes            []string          `json:"notes,omitempty"`
+	// Partial is set when reading was interrupted (Ctrl-C on an endless
+	// input): the figures cover what was read until then.
+	Partial bool `json:"partial,omitempty"`
 }
 
 // TagReport is one tag's line of the report.

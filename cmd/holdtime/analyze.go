@@ -117,6 +117,9 @@ func (a *analyzeCmd) run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	if rep.Partial {
+		fmt.Fprintln(a.errOut, "holdtime: interrupted: the report covers only the input read until then (marked PARTIAL)")
+	}
 	for _, tag := range a.tags {
 		if rep.Tag(tag) == nil {
 			fmt.Fprintf(a.errOut, "holdtime: warning: no hold of tag %s in the input\n", tag)

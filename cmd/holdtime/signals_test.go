@@ -5,7 +5,9 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -139,6 +141,52 @@ func TestSignalsEndEveryCommandTheSameWay(t *testing.T) {
 			}
 		})
 	}
+	t.Run("analyze on an endless FIFO", func(t *testing.T) {
+		fifo := filepath.Join(t.TempDir(), "events.fifo")
+		if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+			t.Skipf("no FIFO here: %v", err)
+		}
+		events, err := os.ReadFile("../../collector/testdata/states_eventslog_events.json")
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(bin, "analyze", fifo)
+		var out, errOut bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errOut
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cmd.Process.Kill() })
+		w, err := os.OpenFile(fifo, os.O_WRONLY, 0) // blocks until analyze opens it
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer w.Close() // the writer stays: the input never ends, as ssh ... cat would
+		// More than a pipe holds (64 KiB): once Write returns, analyze has
+		// read all but the last pipe-full.
+		for range 3 {
+			if _, err := w.Write(events); err != nil {
+				t.Fatal(err)
+			}
+		}
+		start := time.Now()
+		if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+			t.Fatal(err)
+		}
+		waited := make(chan error, 1)
+		go func() { waited <- cmd.Wait() }()
+		select {
+		case err = <-waited:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("analyze still reads the FIFO 10 s after SIGINT:\n%s%s", out.String(), errOut.String())
+		}
+		took := time.Since(start)
+		code := cmd.ProcessState.ExitCode()
+		if code != 130 || took > time.Second || !strings.Contains(out.String(), "PARTIAL: interrupted after") ||
+			!strings.Contains(errOut.String(), "interrupted") {
+			t.Errorf("exit %d after %v (%v), want 130 within 1 s with a partial report:\n%s%s", code, took, err, out.String(), errOut.String())
+		}
+	})
 	t.Run("testenv up, Ctrl-C twice", func(t *testing.T) {
 		testenv.Require(t)
 		s := startHoldtime(t, bin, "ready:", "testenv", "up", "--proxysql=false")

@@ -103,6 +103,13 @@ The listen address defaults to ` + defaultCollectListen + ` (loopback only).`,
 	return cmd
 }
 
+// Floors of the ProxySQL poll intervals.
+const (
+	minProcesslistInterval = 10 * time.Millisecond
+	minPoolInterval        = 100 * time.Millisecond
+	minDigestInterval      = time.Second
+)
+
 // Flag annotations: namedAnnotation marks NAME=VALUE flags; dsnAnnotation
 // marks flags whose values are DSNs ("named": NAME=DSN, "optional-name":
 // [NAME=]DSN).
@@ -203,6 +210,26 @@ func (c *collectCmd) config(reg *prometheus.Registry, logger *slog.Logger) (coll
 	if c.plInterval <= 0 || c.poolInterval <= 0 || c.timeout <= 0 {
 		return cfg, errors.New("--proxysql-processlist-interval, --proxysql-pool-interval and --timeout must be positive")
 	}
+	// Floors: each poll is a query against ProxySQL's admin interface, which
+	// serves its stats tables from the same threads as its clients; a
+	// nanosecond interval is a busy loop against the proxy.
+	for _, f := range []struct {
+		flag       string
+		v, floor   time.Duration
+		offAllowed bool
+	}{
+		{"proxysql-processlist-interval", c.plInterval, minProcesslistInterval, false},
+		{"proxysql-pool-interval", c.poolInterval, minPoolInterval, false},
+		{"proxysql-digest-interval", c.digestInterval, minDigestInterval, true},
+	} {
+		if f.v < f.floor && !(f.offAllowed && f.v < 0) {
+			hint := ""
+			if f.offAllowed {
+				hint = " (a negative value turns it off)"
+			}
+			return cfg, fmt.Errorf("--%s %v is below its floor of %v: each poll queries ProxySQL's admin interface%s", f.flag, f.v, f.floor, hint)
+		}
+	}
 	if err := checkListen("listen", c.listen); err != nil {
 		return cfg, err
 	}
@@ -216,6 +243,12 @@ func (c *collectCmd) config(reg *prometheus.Registry, logger *slog.Logger) (coll
 		name, path, err := splitNamed("proxysql-events-log", v)
 		if err != nil {
 			return cfg, err
+		}
+		// The path may not exist yet (ProxySQL writes PATH.00000001 once it
+		// logs); a directory is never an events log.
+		if st, err := os.Stat(path); err == nil && st.IsDir() {
+			return cfg, fmt.Errorf("--proxysql-events-log %s=%s is a directory: give ProxySQL's mysql-eventslog_filename, "+
+				"the file (or the prefix of the numbered files) it writes inside that directory", name, path)
 		}
 		logs[name] = path
 	}

@@ -125,3 +125,22 @@ wait:
 		t.Errorf("no log line for the down source: %s", errOut.String())
 	}
 }
+
+func TestCollectRefusesIntervalsBelowTheirFloorsAndADirectoryAsEventsLog(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		args []string
+		says string
+	}{
+		{[]string{"--proxysql-processlist-interval", "1ns"}, "--proxysql-processlist-interval 1ns is below its floor of 10ms"},
+		{[]string{"--proxysql-pool-interval", "1ms"}, "--proxysql-pool-interval 1ms is below its floor of 100ms"},
+		{[]string{"--proxysql-digest-interval", "10ms"}, "a negative value turns it off"},
+		{[]string{"--proxysql-events-log", "px1=" + dir}, "is a directory: give ProxySQL's mysql-eventslog_filename"},
+	} {
+		args := append([]string{"collect", "--listen", "127.0.0.1:0", "--proxysql", "px1=u:p@tcp(127.0.0.1:1)/"}, tc.args...)
+		code, _, errOut := runCLI(t, args...)
+		if code != 1 || !strings.Contains(errOut, tc.says) {
+			t.Errorf("%v: exit %d, %q; want 1 saying %q", tc.args, code, errOut, tc.says)
+		}
+	}
+}

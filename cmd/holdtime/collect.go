@@ -103,6 +103,16 @@ The listen address defaults to ` + defaultCollectListen + ` (loopback only).`,
 	return cmd
 }
 
+// collectReadTimeout bounds reading a whole request, body included: a client
+// that sends headers and then trickles (or never sends) its body would
+// otherwise hold a connection and a handler forever. An OTLP batch of
+// spans arrives in well under a second on any link holdtime is used on.
+const collectReadTimeout = 10 * time.Second
+
+func newCollectServer(h http.Handler) *http.Server {
+	return &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: collectReadTimeout, IdleTimeout: 2 * time.Minute}
+}
+
 // Floors of the ProxySQL poll intervals.
 const (
 	minProcesslistInterval = 10 * time.Millisecond
@@ -304,7 +314,7 @@ func (c *collectCmd) run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w: pick a free address with --listen", c.listen, err)
 	}
-	servers := []*http.Server{{Handler: col.Handler(), ReadHeaderTimeout: 10 * time.Second}}
+	servers := []*http.Server{newCollectServer(col.Handler())}
 	listeners := []net.Listener{ln}
 	if c.otlpListen != "" {
 		oln, err := net.Listen("tcp", c.otlpListen)
@@ -314,7 +324,7 @@ func (c *collectCmd) run(ctx context.Context) error {
 		}
 		mux := http.NewServeMux()
 		mux.Handle("/v1/traces", col.Handler())
-		servers = append(servers, &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second})
+		servers = append(servers, newCollectServer(mux))
 		listeners = append(listeners, oln)
 	}
 	fmt.Fprintf(c.out, "holdtime collect: serving on http://%s (/metrics, /api/v1/top, /healthz, /readyz)\n", ln.Addr())

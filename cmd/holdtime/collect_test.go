@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"io"
@@ -142,5 +143,45 @@ func TestCollectRefusesIntervalsBelowTheirFloorsAndADirectoryAsEventsLog(t *test
 		if code != 1 || !strings.Contains(errOut, tc.says) {
 			t.Errorf("%v: exit %d, %q; want 1 saying %q", tc.args, code, errOut, tc.says)
 		}
+	}
+}
+
+// TestCollectDropsARequestWhoseBodyNeverComes: a client that sends an OTLP
+// request's headers and then none of its body is cut off after the read
+// timeout, not held forever.
+func TestCollectDropsARequestWhoseBodyNeverComes(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	pr, pw := io.Pipe()
+	var errOut bytes.Buffer
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, []string{"collect", "--otlp", "--listen", "127.0.0.1:0"}, pw, &errOut)
+		pw.Close()
+	}()
+	defer func() { cancel(); go io.Copy(io.Discard, pr); <-done }()
+	line, err := bufio.NewReader(pr).ReadString('\n')
+	if err != nil {
+		t.Fatalf("collect did not start: %v %s", err, errOut.String())
+	}
+	_, rest, _ := strings.Cut(line, "http://")
+	addr, _, _ := strings.Cut(rest, " ")
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := io.WriteString(c, "POST /v1/traces HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	_ = c.SetReadDeadline(time.Now().Add(collectReadTimeout + 20*time.Second))
+	_, err = io.ReadAll(c) // returns when the server closes the connection
+	took := time.Since(start)
+	if ne, ok := err.(net.Error); ok && ne.Timeout() {
+		t.Fatalf("the server still held the connection %v after the headers", took)
+	}
+	if took > collectReadTimeout+5*time.Second {
+		t.Errorf("the connection was closed after %v, want about the read timeout %v", took, collectReadTimeout)
 	}
 }

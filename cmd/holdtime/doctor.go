@@ -40,7 +40,7 @@ is OK, MISSING (with what it breaks, the statement that fixes it now and the lin
 that keeps it across restarts) or UNKNOWN (the account cannot check it; doctor says
 how to check it by hand and never guesses).
 
-It first tells what answers at each address, within a second: a MySQL server given
+It first tells what answers at each address, within two seconds: a MySQL server given
 as --proxysql, ProxySQL's client port (6033) given as its admin port, ProxySQL's
 admin given as --mysql, or something that is not MySQL at all is named as such.
 

@@ -4,7 +4,7 @@
 // ProxySQLVariables, MonitorGrants), and `holdtime doctor` checks it on a
 // user's targets, printing the fix of each missing item.
 //
-// Identify tells, in one connection and within a second, what answers at
+// Identify tells, in one connection and within two seconds, what answers at
 // an address: a MySQL or MariaDB server, ProxySQL's admin or client
 // interface, or something that does not speak the MySQL protocol. collect,
 // top and doctor use it so that a port given to the wrong flag is named

@@ -572,11 +572,27 @@ func (r *Router) saveSetting(ctx context.Context, name string, v any) error {
 	if err != nil {
 		return err
 	}
-	if _, err := r.cfg.DB.ExecContext(r.stockCtx(ctx), `INSERT INTO migration_settings (name, value) VALUES (?, ?)
+	if _, err := r.execUpsert(r.stockCtx(ctx), `INSERT INTO migration_settings (name, value) VALUES (?, ?)
 		ON DUPLICATE KEY UPDATE value = VALUES(value)`, name, string(b)); err != nil {
 		return fmt.Errorf("migration: save setting %s: %w", name, err)
 	}
 	return nil
+}
+
+// execUpsert runs an idempotent upsert, again on a fresh connection when the
+// pool handed out one that was dead (KILLed or dropped while idle: the
+// driver reports "invalid connection" once it has written to it), so a
+// stage or kill switch is never lost to a pooled connection's death. A
+// repeat writes the same values.
+func (r *Router) execUpsert(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	var err error
+	for range 3 {
+		var res sql.Result
+		if res, err = r.cfg.DB.ExecContext(ctx, query, args...); err == nil || !redisstock.DeadConn(err) || ctx.Err() != nil {
+			return res, err
+		}
+	}
+	return nil, err
 }
 
 // saveShop persists a shop's stage and kill switch.
@@ -586,7 +602,7 @@ func (r *Router) saveShop(ctx context.Context, s *shop) error {
 	if ns := s.shadowSince.Load(); ns > 0 {
 		since = float64(ns) / 1e9
 	}
-	if _, err := r.cfg.DB.ExecContext(r.stockCtx(ctx), `INSERT INTO migration_shops (shop_id, stage, killed, shadow_since)
+	if _, err := r.execUpsert(r.stockCtx(ctx), `INSERT INTO migration_shops (shop_id, stage, killed, shadow_since)
 		VALUES (?, ?, ?, FROM_UNIXTIME(?)) ON DUPLICATE KEY UPDATE stage = VALUES(stage), killed = VALUES(killed), shadow_since = VALUES(shadow_since)`,
 		s.id, string(s.Stage()), s.killed.Load(), since); err != nil {
 		return fmt.Errorf("migration: save shop %d: %w", s.id, err)

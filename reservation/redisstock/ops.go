@@ -271,6 +271,11 @@ func (s *Store) decrementLedgerOnce(ctx context.Context, shop uint64, lines []re
 	return true, tx.Commit()
 }
 
+// DeadConn reports whether err is a connection found dead (KILLed, dropped,
+// reset): a statement that got it before its transaction's COMMIT did not
+// apply, and an idempotent one can be sent again on another connection.
+func DeadConn(err error) bool { return deadConn(err) }
+
 // deadConn reports whether err is a connection found dead before the
 // transaction's COMMIT: the transaction did not apply.
 func deadConn(err error) bool {

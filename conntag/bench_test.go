@@ -13,6 +13,7 @@ import (
 
 	"go.opentelemetry.io/otel/metric/noop"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 )
 
 // BenchmarkStatement measures what the wrapper adds to one statement
@@ -258,4 +259,81 @@ func BenchmarkClock(b *testing.B) {
 		}
 	})
 	_ = sink
+}
+
+// discardExporter takes spans and drops them: the SDK's batching still does
+// all its work, nothing leaves the process.
+type discardExporter struct{}
+
+func (discardExporter) ExportSpans(context.Context, []sdktrace.ReadOnlySpan) error { return nil }
+func (discardExporter) Shutdown(context.Context) error                             { return nil }
+
+// BenchmarkHoldSpans measures what spans cost per hold (here one statement
+// on a *sql.DB, so one hold per statement) on the stub driver, with metrics
+// on in every variant: spans off (the default, the baseline), a span per
+// statement and per hold, hold spans only, and hold spans sampled (none of
+// these short holds passes MinHold, so 1 in 100 gets a span by the rate).
+// The variants run interleaved round by round like
+// BenchmarkStatementInterleaved; it reports per variant the median over
+// rounds of its ns per hold divided by spans_off's in the same round
+// ("<variant>-x"), the added ns, and allocations per hold.
+// Run it with -benchtime 20x.
+func BenchmarkHoldSpans(b *testing.B) {
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	defer mp.Shutdown(context.Background())
+	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(discardExporter{}))
+	defer tp.Shutdown(context.Background())
+	sampled := SpanSampling{MinHold: time.Millisecond, MinIdle: time.Millisecond, Rate: 0.01}
+	variants := []struct {
+		name string
+		db   *sql.DB
+	}{
+		{"spans_off", OpenDB(stubdriver.Connector{}, WithMeterProvider(mp))},
+		{"spans_all", OpenDB(stubdriver.Connector{}, WithMeterProvider(mp), WithTracerProvider(tp))},
+		{"hold_spans_all", OpenDB(stubdriver.Connector{}, WithMeterProvider(mp), WithTracerProvider(tp), WithoutStatementSpans())},
+		{"hold_spans_sampled", OpenDB(stubdriver.Connector{}, WithMeterProvider(mp), WithTracerProvider(tp), WithoutStatementSpans(),
+			WithHoldSpanSampling(sampled))},
+		{"stmt_spans_hold_sampled", OpenDB(stubdriver.Connector{}, WithMeterProvider(mp), WithTracerProvider(tp),
+			WithHoldSpanSampling(sampled))},
+	}
+	ctx := WithTag(context.Background(), "checkout_completion")
+	op := func(db *sql.DB) error {
+		_, err := db.ExecContext(ctx, "UPDATE t SET a = 1 WHERE id = 7")
+		return err
+	}
+	const k = 2000
+	ratio := make([][]float64, len(variants))
+	added := make([][]float64, len(variants))
+	round := 0
+	for b.Loop() {
+		ns := make([]float64, len(variants))
+		for j := range variants {
+			i := (j + round) % len(variants)
+			start := time.Now()
+			for range k {
+				if err := op(variants[i].db); err != nil {
+					b.Fatal(err)
+				}
+			}
+			ns[i] = float64(time.Since(start).Nanoseconds()) / k
+		}
+		for i := range variants {
+			ratio[i] = append(ratio[i], ns[i]/ns[0])
+			added[i] = append(added[i], ns[i]-ns[0])
+		}
+		round++
+	}
+	b.StopTimer()
+	median := func(v []float64) float64 { slices.Sort(v); return v[len(v)/2] }
+	for i, v := range variants {
+		if i > 0 {
+			b.ReportMetric(median(ratio[i]), v.name+"-x")
+			b.ReportMetric(median(added[i]), v.name+"-added-ns")
+		}
+		b.ReportMetric(testing.AllocsPerRun(1000, func() { _ = op(v.db) }), v.name+"-allocs")
+	}
+	for _, v := range variants {
+		v.db.Close()
+	}
 }

@@ -31,7 +31,7 @@ type conn struct {
 	holdSeq     atomic.Uint64
 	activeNanos atomic.Int64
 	stmts       atomic.Int64
-	holdSpan    trace.Span
+	holdParent  trace.SpanContext // the borrower's span, parent of the hold span
 	longTimer   *time.Timer
 	sessionID   int64        // see WithSessionID; 0 when unknown
 	prof        *profileSlot // WithHoldProfile: this hold's sample, if sampled

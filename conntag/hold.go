@@ -33,14 +33,10 @@ func (in *instr) borrow(ctx context.Context, c *conn, ts *tagState) {
 	c.holdTag.Store(ts)
 	c.holdStart.Store(now)
 	if in.tracer != nil {
+		// The span is made when the hold ends, if sampling chooses it
+		// (holdSpanWeight): only then are its length and idle time known.
 		c.stmts.Store(0)
-		_, c.holdSpan = in.tracer.Start(ctx, "db.connection.hold", trace.WithSpanKind(trace.SpanKindClient),
-			trace.WithTimestamp(in.wall(now)),
-			trace.WithAttributes(attrSystem.String(in.cfg.dbSystem), attrPoolName.String(in.cfg.poolName)),
-			trace.WithAttributes(in.cfg.serverAddr...))
-		if c.sessionID != 0 {
-			c.holdSpan.SetAttributes(attribute.Int64("holdtime.session_id", c.sessionID))
-		}
+		c.holdParent = trace.SpanContextFromContext(ctx)
 	}
 	if hp := in.cfg.holdProfile; hp != nil {
 		hp.sampleBorrow(c)
@@ -73,7 +69,8 @@ func (in *instr) giveBack(c *conn) {
 	if start == 0 {
 		return
 	}
-	held := in.now() - start
+	end := in.now()
+	held := end - start
 	active := min(c.activeNanos.Load(), held)
 	ts := c.holdTag.Load()
 	if ts == nil {
@@ -93,14 +90,36 @@ func (in *instr) giveBack(c *conn) {
 	if in.cfg.histograms {
 		in.inst.useTime.Record(context.Background(), time.Duration(held).Seconds(), m.holdOpts...)
 	}
-	if c.holdSpan != nil {
-		c.holdSpan.SetAttributes(ts.spanAttr,
-			attribute.Float64("holdtime.hold.active_seconds", time.Duration(active).Seconds()),
-			attribute.Float64("holdtime.hold.idle_seconds", time.Duration(held-active).Seconds()),
-			attribute.Int64("holdtime.hold.statements", c.stmts.Load()))
-		c.holdSpan.End()
-		c.holdSpan = nil
+	if in.tracer != nil {
+		if w := in.holdSpanWeight(held, held-active); w > 0 {
+			in.holdSpan(c, ts, start, end, active, w)
+		}
 	}
+}
+
+// holdSpan records the ended hold [start, end] of c as a
+// "db.connection.hold" span, a child of the borrower's span.
+func (in *instr) holdSpan(c *conn, ts *tagState, start, end, active int64, weight float64) {
+	ctx := context.Background()
+	if c.holdParent.IsValid() {
+		ctx = trace.ContextWithSpanContext(ctx, c.holdParent)
+	}
+	attrs := make([]attribute.KeyValue, 0, 10)
+	attrs = append(attrs, attrSystem.String(in.cfg.dbSystem), attrPoolName.String(in.cfg.poolName))
+	attrs = append(attrs, in.cfg.serverAddr...)
+	if c.sessionID != 0 {
+		attrs = append(attrs, attribute.Int64("holdtime.session_id", c.sessionID))
+	}
+	attrs = append(attrs, ts.spanAttr,
+		attribute.Float64("holdtime.hold.active_seconds", time.Duration(active).Seconds()),
+		attribute.Float64("holdtime.hold.idle_seconds", time.Duration(end-start-active).Seconds()),
+		attribute.Int64("holdtime.hold.statements", c.stmts.Load()))
+	if in.cfg.holdSampling != nil {
+		attrs = append(attrs, attribute.Float64("holdtime.hold.sample_weight", weight))
+	}
+	_, span := in.tracer.Start(ctx, "db.connection.hold", trace.WithSpanKind(trace.SpanKindClient),
+		trace.WithTimestamp(in.wall(start)), trace.WithAttributes(attrs...))
+	span.End(trace.WithTimestamp(in.wall(end)))
 }
 
 // reportLongHold runs on a timer goroutine when a hold passes the

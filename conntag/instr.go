@@ -256,7 +256,7 @@ type stmtStart struct {
 func (in *instr) startOp(ctx context.Context, c *conn, ts *tagState, o op, sent string) (stmtStart, context.Context) {
 	in.ensureHold(ctx, c, ts)
 	s := stmtStart{at: in.now(), ts: ts, op: o}
-	if in.tracer != nil {
+	if in.tracer != nil && !in.cfg.noStmtSpans {
 		attrs := []attribute.KeyValue{ts.spanAttr, attrSystem.String(in.cfg.dbSystem), attrOpName.String(opNames[s.op])}
 		if in.cfg.queryText {
 			attrs = append(attrs, attrQuery.String(sent))
@@ -288,8 +288,10 @@ func (in *instr) endStmt(c *conn, s stmtStart, err error) {
 			in.inst.opDuration.Record(context.Background(), time.Duration(d).Seconds(), s.ts.metrics.opOpts[s.op][failed].record...)
 		}
 	}
-	if s.span != nil {
+	if in.tracer != nil {
 		c.stmts.Add(1)
+	}
+	if s.span != nil {
 		if err != nil {
 			s.span.RecordError(err)
 			s.span.SetStatus(codes.Error, err.Error())

@@ -30,6 +30,8 @@ type config struct {
 	holdProfile    *HoldProfile
 	clientPacket   int64                // -1: not set by an option
 	serverAddr     []attribute.KeyValue // server.address, server.port on hold spans; nil: unknown
+	holdSampling   *SpanSampling        // nil: a span for every hold
+	noStmtSpans    bool
 }
 
 // DefaultMaxTags is the default cap on distinct tags in metrics.
@@ -68,7 +70,9 @@ func WithMeterProvider(mp metric.MeterProvider) Option {
 
 // WithTracerProvider turns spans on: one per statement and one per hold,
 // carrying conn_tag, db.system.name, the operation name and the hold split.
-// Default: no spans, at no cost.
+// Default: no spans, at no cost. WithoutStatementSpans keeps only the hold
+// spans, WithHoldSpanSampling only those of the holds it chooses; neither
+// changes the metrics.
 func WithTracerProvider(tp trace.TracerProvider) Option {
 	return func(c *config) { c.tracerProvider = tp }
 }

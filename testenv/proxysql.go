@@ -23,6 +23,10 @@ import (
 
 const proxysqlDirPrefix = "holdtime-proxysql-"
 
+// proxysqlAppUser is the account apps log in to ProxySQL with, and ProxySQL
+// to the backend.
+const proxysqlAppUser = "holdtime_app"
+
 // ProxySQLOptions configures StartProxySQL.
 type ProxySQLOptions struct {
 	// Backend is the MySQL server ProxySQL sends queries to (hostgroup 0).
@@ -46,6 +50,19 @@ type ProxySQLOptions struct {
 	// them) without comments. Default false: comments kept, as the
 	// collector's digest source needs.
 	DigestsDropComments bool
+	// AppPass is the app account's password, on ProxySQL and on the
+	// backend (StartProxySQL sets it there). ProxySQLs in front of one
+	// backend must share it: each start sets the backend account's
+	// password, so a different one would lock the others out of new
+	// backend connections. Default: a random one (StartProxySQLFleet picks
+	// one for the whole fleet).
+	AppPass string
+
+	// appPort and adminPort, when set, are the ports to listen on
+	// (StartProxySQLFleet reserves them, all distinct, for the fleet).
+	appPort, adminPort int
+	// backendUserDone: the fleet made the backend account already.
+	backendUserDone bool
 }
 
 // ProxySQL is a running throwaway ProxySQL in front of a test server, with
@@ -162,13 +179,17 @@ func StartProxySQL(ctx context.Context, opts ProxySQLOptions) (_ *ProxySQL, err 
 			_ = os.RemoveAll(dir)
 		}
 	}()
-	appPort, err1 := freePort()
-	adminPort, err2 := freePort()
-	for err1 == nil && err2 == nil && adminPort == appPort {
+	appPort, adminPort := opts.appPort, opts.adminPort
+	if appPort == 0 || adminPort == 0 {
+		var err1, err2 error
+		appPort, err1 = freePort()
 		adminPort, err2 = freePort()
-	}
-	if err1 != nil || err2 != nil {
-		return nil, fmt.Errorf("testenv: free port: %v %v", err1, err2)
+		for err1 == nil && err2 == nil && adminPort == appPort {
+			adminPort, err2 = freePort()
+		}
+		if err1 != nil || err2 != nil {
+			return nil, fmt.Errorf("testenv: free port: %v %v", err1, err2)
+		}
 	}
 	backendCfg := opts.Backend.Config("")
 	host, port, err := net.SplitHostPort(backendCfg.Addr)
@@ -178,8 +199,8 @@ func StartProxySQL(ctx context.Context, opts ProxySQLOptions) (_ *ProxySQL, err 
 	p := &ProxySQL{
 		AppAddr:   net.JoinHostPort("127.0.0.1", strconv.Itoa(appPort)),
 		AdminAddr: net.JoinHostPort("127.0.0.1", strconv.Itoa(adminPort)),
-		AppUser:   "holdtime_app",
-		AppPass:   randomHex(8),
+		AppUser:   proxysqlAppUser,
+		AppPass:   cmp.Or(opts.AppPass, randomHex(8)),
 		AdminUser: "holdtime_admin",
 		AdminPass: randomHex(8),
 		StatsUser: cmp.Or(opts.StatsUser, "holdtime_stats"),
@@ -189,23 +210,12 @@ func StartProxySQL(ctx context.Context, opts ProxySQLOptions) (_ *ProxySQL, err 
 		dir:       dir,
 		done:      make(chan struct{}),
 	}
-	// ProxySQL logs in to the backend as the app user with the same password.
-	// ProxySQL 2.x authenticates to backends with mysql_native_password,
-	// which MySQL 8 must be told to use (8.4 starts with it enabled by
-	// serverArgs); MariaDB uses it by default.
-	identified := "IDENTIFIED BY '" + p.AppPass + "'"
-	if opts.Backend.Flavor == MySQL {
-		identified = "IDENTIFIED WITH mysql_native_password BY '" + p.AppPass + "'"
-	}
-	for _, q := range []string{
-		"CREATE USER IF NOT EXISTS '" + p.AppUser + "'@'127.0.0.1' " + identified,
-		"ALTER USER '" + p.AppUser + "'@'127.0.0.1' " + identified,
-		"GRANT ALL PRIVILEGES ON *.* TO '" + p.AppUser + "'@'127.0.0.1'",
-	} {
-		if _, err := opts.Backend.Admin().ExecContext(ctx, q); err != nil {
-			return nil, fmt.Errorf("testenv: create ProxySQL's backend user: %w", err)
+	if !opts.backendUserDone {
+		if err := createBackendUser(ctx, opts.Backend, p.AppUser, p.AppPass); err != nil {
+			return nil, err
 		}
 	}
+	seedProxySQLTLS(dir)
 	cfgPath := filepath.Join(dir, "proxysql.cnf")
 	f, err := os.Create(cfgPath)
 	if err != nil {
@@ -245,7 +255,30 @@ func StartProxySQL(ctx context.Context, opts ProxySQLOptions) (_ *ProxySQL, err 
 			return nil, fmt.Errorf("testenv: proxysql did not come up: %w\n%s", err, tail(log, 4000))
 		}
 	}
+	keepProxySQLTLS(dir)
 	return p, nil
+}
+
+// createBackendUser makes (or resets) the account ProxySQL logs in to the
+// backend with: the app user, with the same password. ProxySQL 2.x
+// authenticates to backends with mysql_native_password, which MySQL 8 must
+// be told to use (8.4 starts with it enabled by serverArgs); MariaDB uses
+// it by default.
+func createBackendUser(ctx context.Context, backend *Target, user, pass string) error {
+	identified := "IDENTIFIED BY '" + pass + "'"
+	if backend.Flavor == MySQL {
+		identified = "IDENTIFIED WITH mysql_native_password BY '" + pass + "'"
+	}
+	for _, q := range []string{
+		"CREATE USER IF NOT EXISTS '" + user + "'@'127.0.0.1' " + identified,
+		"ALTER USER '" + user + "'@'127.0.0.1' " + identified,
+		"GRANT ALL PRIVILEGES ON *.* TO '" + user + "'@'127.0.0.1'",
+	} {
+		if _, err := backend.Admin().ExecContext(ctx, q); err != nil {
+			return fmt.Errorf("testenv: create ProxySQL's backend user: %w", err)
+		}
+	}
+	return nil
 }
 
 // AdminDSN is a DSN for ProxySQL's admin interface (the stats tables).
@@ -272,6 +305,14 @@ func (p *ProxySQL) AppConfig() *mysql.Config {
 	cfg.User, cfg.Passwd, cfg.Net, cfg.Addr, cfg.DBName = p.AppUser, p.AppPass, "tcp", p.AppAddr, p.Schema
 	cfg.ParseTime = true
 	return cfg
+}
+
+// Pid is the ProxySQL process's id (0 before it started).
+func (p *ProxySQL) Pid() int {
+	if p.cmd == nil || p.cmd.Process == nil {
+		return 0
+	}
+	return p.cmd.Process.Pid
 }
 
 // Dir is ProxySQL's private directory (config, datadir, logs).

@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/go-sql-driver/mysql"
 	"github.com/prometheus/client_golang/prometheus"
@@ -152,6 +153,50 @@ func Example_openTelemetry() {
 	// holdtime.pool.wait_time
 	// holdtime.pool.waits
 	// span: SELECT
+	// span: db.connection.hold
+}
+
+// Spans only where they pay: a hold span (which names the ProxySQL session
+// behind it, with WithSessionID) only for holds of 50 ms or more, or idle
+// for 100 ms or more (add a Rate for a share of the others); no span per
+// statement. The counters still count every hold.
+func ExampleWithHoldSpanSampling() {
+	reader := sdkmetric.NewManualReader()
+	spans := tracetest.NewSpanRecorder()
+	db, err := conntag.Open("mysql", exampleDSN(),
+		conntag.WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))),
+		conntag.WithTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))),
+		conntag.WithoutStatementSpans(),
+		conntag.WithHoldSpanSampling(conntag.SpanSampling{MinHold: 50 * time.Millisecond, MinIdle: 100 * time.Millisecond}),
+	)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer db.Close()
+
+	ctx := conntag.WithTag(context.Background(), "order_export")
+	if _, err := db.ExecContext(ctx, "SELECT 1"); err != nil { // a short hold: no span
+		log.Fatal(err)
+	}
+	if _, err := db.ExecContext(ctx, "SELECT SLEEP(0.06)"); err != nil { // a long hold: a span
+		log.Fatal(err)
+	}
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		log.Fatal(err)
+	}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if m.Name == "holdtime.connection.holds" {
+				fmt.Println("holds counted:", m.Data.(metricdata.Sum[int64]).DataPoints[0].Value)
+			}
+		}
+	}
+	for _, s := range spans.Ended() {
+		fmt.Println("span:", s.Name())
+	}
+	// Output:
+	// holds counted: 2
 	// span: db.connection.hold
 }
 

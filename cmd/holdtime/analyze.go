@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/holdtime/holdtime/collector"
+	"github.com/holdtime/holdtime/internal/termtext"
 )
 
 // analyzeCmd reports per-tag backend hold from what ProxySQL already wrote.
@@ -122,22 +123,31 @@ func (a *analyzeCmd) run(ctx context.Context, args []string) error {
 	}
 	for _, tag := range a.tags {
 		if rep.Tag(tag) == nil {
-			fmt.Fprintf(a.errOut, "holdtime: warning: no hold of tag %s in the input\n", tag)
+			fmt.Fprintf(a.errOut, "holdtime: warning: no hold of tag %s in the input\n", termtext.Line(tag))
 		}
 	}
 	if rep.EventsLog != nil {
 		for _, w := range rep.EventsLog.Warnings {
-			fmt.Fprintf(a.errOut, "holdtime: warning: %s\n", w)
+			fmt.Fprintf(a.errOut, "holdtime: warning: %s\n", termtext.Line(w))
 		}
 		if n := rep.EventsLog.Malformed; n > 0 {
-			fmt.Fprintf(a.errOut, "holdtime: warning: skipped %d malformed events log lines (first: %s)\n", n, rep.EventsLog.MalformedLines[0])
+			// Where the line is and why it was skipped, on one line.
+			fmt.Fprintf(a.errOut, "holdtime: warning: skipped %d malformed events log lines (first: %s)\n", n,
+				termtext.Line(rep.EventsLog.MalformedLines[0].String()))
 		}
 	}
-	switch a.format {
-	case "json":
-		return rep.WriteJSON(a.out)
-	case "markdown":
-		return rep.WriteMarkdown(a.out)
+	if a.format == "json" {
+		return rep.WriteJSON(a.out) // JSON escapes control characters itself
 	}
-	return rep.WriteTable(a.out)
+	// The input's users, tags and statements reach the terminal with their
+	// control characters escaped.
+	w := termtext.NewWriter(a.out)
+	write := rep.WriteTable
+	if a.format == "markdown" {
+		write = rep.WriteMarkdown
+	}
+	if err := write(w); err != nil {
+		return err
+	}
+	return w.Flush()
 }

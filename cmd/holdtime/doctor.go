@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/holdtime/holdtime/internal/doctor"
+	"github.com/holdtime/holdtime/internal/termtext"
 )
 
 // doctorCmd checks the setup holdtime needs on each target: the same list
@@ -192,20 +193,25 @@ func (d *doctorCmd) check(ctx context.Context, flag string, want doctor.Kind, na
 	return t
 }
 
-func printDoctor(w io.Writer, targets []doctorTarget) {
+// printDoctor writes the checks as text; what a server answered (its
+// version, a variable's value, an error) reaches the terminal with its
+// control characters escaped, on its line.
+func printDoctor(out io.Writer, targets []doctorTarget) {
+	w := termtext.NewWriter(out)
+	defer w.Flush()
 	for i, t := range targets {
 		if i > 0 {
 			fmt.Fprintln(w)
 		}
-		fmt.Fprintf(w, "%s %s (%s): %s\n", t.Flag, t.Name, t.Addr, t.Found)
+		fmt.Fprintf(w, "%s %s (%s): %s\n", t.Flag, termtext.Line(t.Name), termtext.Line(t.Addr), termtext.Line(t.Found))
 		if t.Problem != "" {
-			fmt.Fprintf(w, "  PROBLEM  %s\n", t.Problem)
+			fmt.Fprintf(w, "  PROBLEM  %s\n", termtext.Line(t.Problem))
 			continue
 		}
 		for _, r := range t.Items {
 			fmt.Fprintf(w, "  %-8s %s", strings.ToUpper(string(r.Status)), r.What)
 			if r.Got != "" && r.Status != doctor.StatusOK {
-				fmt.Fprintf(w, " (now: %s)", r.Got)
+				fmt.Fprintf(w, " (now: %s)", termtext.Line(r.Got))
 			}
 			if r.Status != doctor.StatusOK {
 				fmt.Fprintf(w, " [%s]", r.Need)

@@ -10,14 +10,15 @@ import (
 	"io"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
 	"github.com/spf13/cobra"
 
 	"github.com/holdtime/holdtime/collector"
+	"github.com/holdtime/holdtime/internal/termtext"
 	"github.com/holdtime/holdtime/locks"
 )
 
@@ -277,12 +278,24 @@ func (l *locksCmd) filterDeadlocks(ds []locks.Deadlock) []locks.Deadlock {
 	return slices.DeleteFunc(ds, func(d locks.Deadlock) bool { return !l.deadlockWanted(&d) })
 }
 
+// render writes doc as text. Everything in it passes through termtext: what
+// the server reports (statements, user and host names, tags, lock data)
+// reaches the terminal with its control characters escaped, a field that
+// must stay on its line through termtext.Line, and columns are aligned in
+// terminal cells.
 func (l *locksCmd) render(doc locksDoc) error {
+	tw := termtext.NewWriter(l.out)
+	if err := l.renderText(tw, doc); err != nil {
+		return err
+	}
+	return tw.Flush()
+}
+
+func (l *locksCmd) renderText(w io.Writer, doc locksDoc) error {
 	s := doc.Snapshot
-	w := l.out
-	fmt.Fprintf(w, "holdtime locks  %s  %s %s  %s\n", doc.Target, s.Server.Flavor, s.Server.Version, s.At.Format("15:04:05"))
+	fmt.Fprintf(w, "holdtime locks  %s  %s %s  %s\n", termtext.Line(doc.Target), termtext.Line(string(s.Server.Flavor)),
+		termtext.Line(s.Server.Version), s.At.Format("15:04:05"))
 	l.renderSaturation(w, s.Saturation)
-	var tw *tabwriter.Writer
 	switch {
 	case s.LockSource == locks.SourceDataLocks:
 		fmt.Fprintln(w, "locks from: performance_schema.data_locks")
@@ -297,7 +310,8 @@ func (l *locksCmd) render(doc locksDoc) error {
 	fmt.Fprintf(w, "\nTRANSACTIONS  %d open\n", len(s.Transactions))
 	for _, t := range s.Transactions {
 		fmt.Fprintf(w, "  %s  thread %d  %s  %.0fs  %s  %s  %d rows locked%s\n", tagSet(t.Tag, t.Tags), t.ThreadID,
-			trxLabel(t.TrxID), t.AgeSeconds, t.State, t.Isolation, t.RowsLocked, who(t.User, t.Host, t.DB))
+			termtext.Line(trxLabel(t.TrxID)), t.AgeSeconds, termtext.Line(t.State), termtext.Line(t.Isolation), t.RowsLocked,
+			who(t.User, t.Host, t.DB))
 		if t.Statement != "" {
 			what := "running"
 			if t.Idle {
@@ -305,19 +319,17 @@ func (l *locksCmd) render(doc locksDoc) error {
 			}
 			fmt.Fprintf(w, "    %s: %s\n", what, shorten(t.Statement, 100))
 		}
-		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		tb := &table{left: map[int]bool{0: true, 1: true, 2: true, 3: true, 4: true, 5: true}}
 		for _, lk := range t.Locks {
-			index := lk.Index
-			if index == "" {
-				index = "-"
-			}
+			index := cmp.Or(lk.Index, "-")
 			waiting := ""
 			if lk.Waiting {
-				waiting = "  waiting"
+				waiting = "waiting"
 			}
-			fmt.Fprintf(tw, "      %s\t%s\t%s\t%s\t%d%s\n", lk.Table, index, lk.Kind, lk.Mode, lk.Rows, waiting)
+			tb.add(plain("    "), plain(lk.Table), plain(index), plain(string(lk.Kind)), plain(lk.Mode),
+				plain(strconv.Itoa(lk.Rows)), plain(waiting))
 		}
-		if err := tw.Flush(); err != nil {
+		if err := tb.write(w, 0, false); err != nil {
 			return err
 		}
 		if t.LocksPartial {
@@ -328,16 +340,17 @@ func (l *locksCmd) render(doc locksDoc) error {
 	l.renderChains(w, s)
 	if len(s.RowLocksPerRow) > 0 {
 		fmt.Fprintln(w, "\nROW LOCKS PER ROW (records locked in every index / rows locked in the clustered index)")
-		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "  TAG\tTABLE\tPER ROW\tLOCKS\tROWS\tBY INDEX")
+		tb := &table{left: map[int]bool{0: true, 1: true, 2: true, 3: true, 4: true, 5: true, 6: true}}
+		tb.add(plain(""), plain("TAG"), plain("TABLE"), plain("PER ROW"), plain("LOCKS"), plain("ROWS"), plain("BY INDEX"))
 		for _, r := range s.RowLocksPerRow {
 			var by []string
 			for _, idx := range slices.Sorted(maps.Keys(r.ByIndex)) {
 				by = append(by, fmt.Sprintf("%s %d", idx, r.ByIndex[idx]))
 			}
-			fmt.Fprintf(tw, "  %s\t%s\t%.1f\t%d\t%d\t%s\n", r.Tag, r.Table, r.PerRow, r.Locks, r.Rows, strings.Join(by, ", "))
+			tb.add(plain(""), plain(r.Tag), plain(r.Table), plain(fmt.Sprintf("%.1f", r.PerRow)), plain(strconv.Itoa(r.Locks)),
+				plain(strconv.Itoa(r.Rows)), plain(strings.Join(by, ", ")))
 		}
-		if err := tw.Flush(); err != nil {
+		if err := tb.write(w, 0, false); err != nil {
 			return err
 		}
 	}
@@ -403,25 +416,27 @@ func (l *locksCmd) renderDeadlocks(w io.Writer, doc locksDoc) {
 		var others []string
 		for _, t := range d.Transactions {
 			if !t.Victim {
-				others = append(others, fmt.Sprintf("%s (thread %d)", t.Tag, t.ThreadID))
+				others = append(others, fmt.Sprintf("%s (thread %d)", termtext.Line(t.Tag), t.ThreadID))
 			}
 		}
-		at := d.At + " (server time, zone unknown)"
+		at := termtext.Line(d.At) + " (server time, zone unknown)"
 		if d.Time != nil {
 			at = d.Time.Format("2006-01-02 15:04:05 -07:00")
 		}
-		fmt.Fprintf(w, "  %s  victim %s, rolled back; with %s\n", at, d.VictimTag(), strings.Join(others, ", "))
+		fmt.Fprintf(w, "  %s  victim %s, rolled back; with %s\n", at, termtext.Line(d.VictimTag()), strings.Join(others, ", "))
 		for _, t := range d.Transactions {
 			victim := ""
 			if t.Victim {
 				victim = ", victim"
 			}
-			fmt.Fprintf(w, "    (%d) %s (thread %d%s): %s\n", t.N, t.Tag, t.ThreadID, victim, shorten(t.Statement, 100))
+			fmt.Fprintf(w, "    (%d) %s (thread %d%s): %s\n", t.N, termtext.Line(t.Tag), t.ThreadID, victim, shorten(t.Statement, 100))
 			for _, h := range t.Held {
-				fmt.Fprintf(w, "        held        %s %s %s %s (%d)\n", h.Table, h.Index, h.Kind, h.Mode, h.Rows)
+				fmt.Fprintf(w, "        held        %s %s %s %s (%d)\n", termtext.Line(h.Table), termtext.Line(h.Index),
+					termtext.Line(string(h.Kind)), termtext.Line(h.Mode), h.Rows)
 			}
 			if t.WaitedFor != nil {
-				fmt.Fprintf(w, "        waited for  %s %s %s %s\n", t.WaitedFor.Table, t.WaitedFor.Index, t.WaitedFor.Kind, t.WaitedFor.Mode)
+				fmt.Fprintf(w, "        waited for  %s %s %s %s\n", termtext.Line(t.WaitedFor.Table), termtext.Line(t.WaitedFor.Index),
+					termtext.Line(string(t.WaitedFor.Kind)), termtext.Line(t.WaitedFor.Mode))
 			}
 		}
 	}
@@ -438,7 +453,7 @@ func (l *locksCmd) renderChains(w io.Writer, s *locks.Snapshot) {
 	for _, c := range s.Chains {
 		r := c.Root
 		if r.ThreadID == 0 {
-			fmt.Fprintf(w, "  root unknown (trx id %s is not one session's; see NOTES)  holds up %d\n", r.TrxID, c.HeldUp)
+			fmt.Fprintf(w, "  root unknown (trx id %s is not one session's; see NOTES)  holds up %d\n", termtext.Line(r.TrxID), c.HeldUp)
 		} else {
 			state := "running"
 			if r.Idle {
@@ -449,7 +464,7 @@ func (l *locksCmd) renderChains(w io.Writer, s *locks.Snapshot) {
 			if r.Statement != "" {
 				fmt.Fprintf(w, "    %s: %s\n", map[bool]string{true: "last", false: "running"}[r.Idle], shorten(r.Statement, 100))
 			}
-			fmt.Fprintf(w, "    to end it: %s   (printed, not run)\n", c.Kill)
+			fmt.Fprintf(w, "    to end it: %s   (printed, not run)\n", termtext.Line(c.Kill))
 		}
 		renderNodes(w, c.Waiters, "    ")
 	}
@@ -462,8 +477,9 @@ func (l *locksCmd) renderChains(w io.Writer, s *locks.Snapshot) {
 			state = fmt.Sprintf("idle %.0fs", m.Blocking.IdleSeconds)
 		}
 		fmt.Fprintf(w, "  %s  thread %d  waits %.0fs for %s %s, held %s (%s) by %s  thread %d  %s  to end it: KILL %d   (printed, not run)\n",
-			tagSet(m.Waiting.Tag, m.Waiting.Tags), m.Waiting.ThreadID, m.WaitSeconds, m.WaitingType, m.Object,
-			m.BlockingType, strings.ToLower(m.BlockingDuration), tagSet(m.Blocking.Tag, m.Blocking.Tags),
+			tagSet(m.Waiting.Tag, m.Waiting.Tags), m.Waiting.ThreadID, m.WaitSeconds, termtext.Line(m.WaitingType),
+			termtext.Line(m.Object), termtext.Line(m.BlockingType), termtext.Line(strings.ToLower(m.BlockingDuration)),
+			tagSet(m.Blocking.Tag, m.Blocking.Tags),
 			m.Blocking.ThreadID, state, m.Blocking.ThreadID)
 		if m.Waiting.Statement != "" {
 			fmt.Fprintf(w, "    waiting: %s\n", shorten(m.Waiting.Statement, 100))
@@ -491,7 +507,7 @@ func renderNodes(w io.Writer, nodes []locks.ChainNode, indent string) {
 			modes = " wants " + n.Lock.Mode
 		}
 		fmt.Fprintf(w, "%s└─ %s  thread %d  waits %.3fs for %s%s%s\n", indent, tagSet(x.Tag, x.Tags), x.ThreadID,
-			n.WaitSeconds, lock, modes, who(x.User, x.Host, x.DB))
+			n.WaitSeconds, termtext.Line(lock), termtext.Line(modes), who(x.User, x.Host, x.DB))
 		if x.Statement != "" {
 			fmt.Fprintf(w, "%s     running: %s\n", indent, shorten(x.Statement, 100))
 		}
@@ -500,12 +516,12 @@ func renderNodes(w io.Writer, nodes []locks.ChainNode, indent string) {
 }
 
 // tagSet is a transaction's tag, or its tags when its statements carried
-// several.
+// several, on one line.
 func tagSet(tag string, tags []string) string {
 	if len(tags) > 1 {
-		return strings.Join(tags, "+")
+		return termtext.Line(strings.Join(tags, "+"))
 	}
-	return tag
+	return termtext.Line(tag)
 }
 
 // trxLabel tells a transaction holding only shared locks (MariaDB's trx id
@@ -521,22 +537,23 @@ func who(user, host, db string) string {
 	if user == "" && host == "" && db == "" {
 		return ""
 	}
-	out := "  " + user
+	out := "  " + termtext.Line(user)
 	if host != "" {
-		out += "@" + host
+		out += "@" + termtext.Line(host)
 	}
 	if db != "" {
-		out += " db " + db
+		out += " db " + termtext.Line(db)
 	}
 	return out
 }
 
+// shorten puts a statement on one line (its runs of white space, newlines
+// included, one space; any other control character escaped) of at most n
+// terminal cells.
 func shorten(s string, n int) string {
-	if len(s) <= n {
+	s = termtext.Line(strings.Join(strings.Fields(s), " "))
+	if termtext.Width(s) <= n {
 		return s
 	}
-	for n > 0 && s[n]&0xC0 == 0x80 {
-		n--
-	}
-	return s[:n] + "…"
+	return termtext.Truncate(s, n-1) + "…"
 }

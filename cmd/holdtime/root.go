@@ -9,6 +9,8 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+
+	"github.com/holdtime/holdtime/internal/termtext"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -27,7 +29,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return 130
 		}
 		msg := strings.ReplaceAll(strings.TrimSpace(err.Error()), "\n", "; ")
-		fmt.Fprintf(stderr, "holdtime: %s\n", redact(msg, processSecrets(args)))
+		// A server's or a file's words in the error reach the terminal with
+		// their control characters escaped.
+		fmt.Fprintf(stderr, "holdtime: %s\n", termtext.Line(redact(msg, processSecrets(args))))
 		return 1
 	}
 	return 0

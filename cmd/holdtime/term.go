@@ -5,9 +5,10 @@ import (
 	"io"
 	"os"
 	"strings"
-	"unicode/utf8"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/holdtime/holdtime/internal/termtext"
 )
 
 // isTerminal reports whether w is a terminal: colour, progress bars and
@@ -101,7 +102,10 @@ func readQuitKey(f *os.File, stop <-chan struct{}, quit func()) {
 }
 
 // cell is a table cell: its text and the SGR parameters it is drawn with
-// ("1" bold, "31" red, "" plain). Styles never count toward widths.
+// ("1" bold, "31" red, "" plain). Styles never count toward widths. The
+// text is drawn through termtext.Line: a tag, a server's message or a
+// typed filter that holds control characters shows them escaped, on its
+// one line, and widths are terminal cells (a CJK character takes two).
 type cell struct {
 	text  string
 	style string
@@ -135,7 +139,7 @@ func (t *table) write(w io.Writer, width int, color bool) error {
 			if i >= len(widths) {
 				widths = append(widths, 0)
 			}
-			widths[i] = max(widths[i], utf8.RuneCountInString(c.text))
+			widths[i] = max(widths[i], termtext.Width(termtext.Line(c.text)))
 		}
 	}
 	var b strings.Builder
@@ -150,7 +154,7 @@ func (t *table) write(w io.Writer, width int, color bool) error {
 			if i > 0 {
 				l.add(plain("  "))
 			}
-			pad := strings.Repeat(" ", widths[i]-utf8.RuneCountInString(c.text))
+			pad := strings.Repeat(" ", widths[i]-termtext.Width(termtext.Line(c.text)))
 			if t.left[i] {
 				l.add(c)
 				if i < len(r)-1 {
@@ -178,15 +182,17 @@ func (l *line) add(c cell) { *l = append(*l, c) }
 func (l line) write(b *strings.Builder, width int, color bool) {
 	left := width
 	for _, c := range l {
-		text := c.text
+		text := termtext.Line(c.text)
 		if width > 0 {
 			if left <= 0 {
 				break
 			}
-			if n := utf8.RuneCountInString(text); n > left {
-				text = string([]rune(text)[:left])
+			cut := termtext.Truncate(text, left)
+			left -= termtext.Width(cut)
+			if cut != text {
+				left = 0 // a wide character that did not fit: nothing after it
 			}
-			left -= utf8.RuneCountInString(text)
+			text = cut
 		}
 		if color && c.style != "" && text != "" {
 			b.WriteString("\x1b[" + c.style + "m" + text + "\x1b[0m")

@@ -39,7 +39,7 @@ const hogTag = "checkout_tax_quote"
 // connection across a slow call; holdtime finds the hog; the fix releases
 // the connection before the call, and the sale speeds up.
 type demoCmd struct {
-	out io.Writer
+	out, errOut io.Writer
 
 	duration    time.Duration
 	slowCall    time.Duration
@@ -81,7 +81,7 @@ hog read from the app layer before and after, the same hog at each layer, and th
 throughput and books: nothing oversold, undersold or leaked.`,
 		Args: noArgs("the demo starts its own servers; see --help for its flags"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			d.out = cmd.OutOrStdout()
+			d.out, d.errOut = cmd.OutOrStdout(), cmd.ErrOrStderr()
 			if err := d.validate(); err != nil {
 				return err
 			}
@@ -252,7 +252,16 @@ func (d *demoCmd) phase(ctx context.Context, name, what string, db *sql.DB, mp *
 	reader *sdkmetric.ManualReader, col *collector.Collector, dur time.Duration, fixed bool) (phaseResult, error) {
 	fmt.Fprintf(d.out, "== %s: %s (%v)\n", name, what, dur)
 	res := phaseResult{name: name}
+	phaseStart := time.Now()
+	live := isTerminal(d.out)
+	width := 0
+	if live {
+		width = termWidth(d.out)
+	}
 	startHolds, err := appHolds(ctx, reader)
+	if err != nil && ctx.Err() != nil {
+		return res, d.interrupted(ctx, name, time.Since(phaseStart), col, false, width)
+	}
 	if err != nil {
 		return res, err
 	}
@@ -279,10 +288,7 @@ func (d *demoCmd) phase(ctx context.Context, name, what string, db *sql.DB, mp *
 	// phase's heading: back to the saved position, clear below, draw.
 	// Ten blank lines first, so that drawing never scrolls the screen and
 	// moves the saved position.
-	live := isTerminal(d.out)
-	width := 0
 	if live {
-		width = termWidth(d.out)
 		fmt.Fprint(d.out, strings.Repeat("\n", 10)+"\x1b[10A\x1b[s")
 	}
 	liveDone := make(chan struct{})
@@ -309,6 +315,9 @@ func (d *demoCmd) phase(ctx context.Context, name, what string, db *sql.DB, mp *
 	cancel()
 	wg.Wait()
 	<-liveDone
+	if saleErr != nil && ctx.Err() != nil {
+		return res, d.interrupted(ctx, name, time.Since(phaseStart), col, live, width)
+	}
 	if saleErr != nil {
 		return res, saleErr
 	}
@@ -318,6 +327,9 @@ func (d *demoCmd) phase(ctx context.Context, name, what string, db *sql.DB, mp *
 	default:
 	}
 	endHolds, err := appHolds(ctx, reader)
+	if err != nil && ctx.Err() != nil {
+		return res, d.interrupted(ctx, name, time.Since(phaseStart), col, live, width)
+	}
 	if err != nil {
 		return res, err
 	}
@@ -341,6 +353,22 @@ func (d *demoCmd) phase(ctx context.Context, name, what string, db *sql.DB, mp *
 	}
 	fmt.Fprintln(d.out)
 	return res, nil
+}
+
+// interrupted shows what the demo has when a signal stops a half: the
+// collector's ranking so far, marked PARTIAL (the half's own figures and
+// the before/after summary need the whole half).
+func (d *demoCmd) interrupted(ctx context.Context, half string, after time.Duration, col *collector.Collector, live bool, width int) error {
+	if d.errOut != nil {
+		fmt.Fprintln(d.errOut, "holdtime demo: interrupted: stopping (Ctrl-C again exits at once)")
+	}
+	if live {
+		fmt.Fprint(d.out, "\x1b[u\x1b[J")
+	}
+	fmt.Fprintf(d.out, "PARTIAL: interrupted %v into the %s half; the collector's ranking so far (its last %v):\n",
+		after.Round(time.Millisecond), half, demoWindow)
+	d.drawTop(d.view(col), width)
+	return ctx.Err()
 }
 
 // taxQuote is the checkout step. Before the fix it borrows a connection,

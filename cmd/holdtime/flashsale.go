@@ -14,6 +14,8 @@ import (
 	"os"
 	"sort"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"text/tabwriter"
 	"time"
 
@@ -312,10 +314,44 @@ func (f *flashsaleCmd) run(ctx context.Context) error {
 	var reports []flashsale.Report
 	for _, s := range strategies {
 		cfg.Strategy = s
+		var bar func(done, total int)
 		if stderr, ok := f.errOut.(*os.File); ok {
-			cfg.Progress = flashsale.ProgressBar(stderr) // nil unless a terminal
+			bar = flashsale.ProgressBar(stderr) // nil unless a terminal
+		}
+		// Buyers served so far: what an interrupted sale can still tell.
+		var served atomic.Int64
+		started := time.Now()
+		var first sync.Once
+		cfg.Progress = func(done, total int) {
+			for {
+				n := served.Load()
+				if int64(done) <= n || served.CompareAndSwap(n, int64(done)) {
+					break
+				}
+			}
+			if !f.jsonOut {
+				first.Do(func() {
+					fmt.Fprintf(f.out, "selling with strategy %s: first buyer served after %v (Ctrl-C stops the sale and says how far it got)\n",
+						cmp.Or(string(s), f.backend), time.Since(started).Round(time.Millisecond))
+				})
+			}
+			if bar != nil {
+				bar(done, total)
+			}
+		}
+		stock := cfg.AfterStock
+		cfg.AfterStock = func(ctx context.Context) error {
+			started = time.Now() // the sale proper starts
+			if stock != nil {
+				return stock(ctx)
+			}
+			return nil
 		}
 		r, err := flashsale.Run(ctx, cfg)
+		cfg.AfterStock, cfg.Progress = stock, nil
+		if err != nil && ctx.Err() != nil {
+			return f.interrupted(ctx, s, reports, served.Load(), time.Since(started))
+		}
 		if err != nil {
 			return fmt.Errorf("flash sale with strategy %s: %w", s, err)
 		}
@@ -342,6 +378,32 @@ func (f *flashsaleCmd) run(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// interrupted reports a sale a signal stopped: the strategies that ran to
+// their end, then how far the interrupted one got. The reservation library
+// returns no report for an interrupted sale (its books are audited only at
+// rest), so that one is told by the buyers served, marked PARTIAL.
+func (f *flashsaleCmd) interrupted(ctx context.Context, s reservation.Strategy, done []flashsale.Report, served int64, took time.Duration) error {
+	name := cmp.Or(string(s), f.backend)
+	if f.jsonOut {
+		doc := map[string]any{"partial": true, "interrupted_strategy": name, "buyers": f.buyers,
+			"buyers_served": served, "elapsed_seconds": took.Seconds(), "completed": done}
+		if err := json.NewEncoder(f.out).Encode(doc); err != nil {
+			return err
+		}
+		return ctx.Err()
+	}
+	for _, r := range done {
+		if err := writeFlashsaleReport(f.out, r); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(f.out, "PARTIAL: interrupted after %v: strategy %s served %d of %d buyers (%.1f buyers/s); "+
+		"its books were not audited, so nothing is said of oversold, undersold or leaked units\n",
+		took.Round(time.Millisecond), name, served, f.buyers, float64(served)/max(took.Seconds(), 1e-3))
+	fmt.Fprintln(f.errOut, "holdtime flashsale: interrupted: stopping (Ctrl-C again exits at once)")
+	return ctx.Err()
 }
 
 // database returns the driver config to sell in, a description without

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -27,6 +28,27 @@ type started struct {
 	done   chan struct{}
 }
 
+// lineSender sends each line written to it, as it ends, to lines.
+type lineSender struct {
+	lines   chan string
+	partial []byte
+}
+
+func (l *lineSender) Write(p []byte) (int, error) {
+	l.partial = append(l.partial, p...)
+	for {
+		i := bytes.IndexByte(l.partial, '\n')
+		if i < 0 {
+			return len(p), nil
+		}
+		select {
+		case l.lines <- string(l.partial[:i]):
+		default:
+		}
+		l.partial = l.partial[i+1:]
+	}
+}
+
 func (s *started) output() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -42,7 +64,9 @@ func startHoldtime(t *testing.T, bin, ready string, args ...string) *started {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.cmd.Stderr = &s.errOut
+	// Its standard error is awaited too: a command says there that it is
+	// under way, where its standard output is its report.
+	s.cmd.Stderr = io.MultiWriter(&s.errOut, &lineSender{lines: s.lines})
 	if err := s.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -203,5 +227,56 @@ func TestSignalsEndEveryCommandTheSameWay(t *testing.T) {
 			t.Errorf("exit %d after %v, want 130 after stopping its server: %s%s", code, took, s.output(), s.errOut.String())
 		}
 		t.Logf("testenv up stopped its server in %v", took)
+	})
+}
+
+// TestSignalsStopLongCommandsWithWhatTheyHave: every long-running command
+// stops within a second of SIGINT (SIGTERM) whatever it is doing, exits
+// 130 (143), and prints what it has, marked PARTIAL where it is a part.
+func TestSignalsStopLongCommandsWithWhatTheyHave(t *testing.T) {
+	bin := buildHoldtime(t)
+	for _, tc := range []struct {
+		sig  syscall.Signal
+		code int
+	}{{syscall.SIGINT, 130}, {syscall.SIGTERM, 143}} {
+		t.Run("flashsale "+tc.sig.String(), func(t *testing.T) {
+			testenv.Require(t)
+			s := startHoldtime(t, bin, "first buyer served", "flashsale", "--buyers", "2000000", "--concurrency", "8", "--stock", "1000000")
+			code, took := s.signal(t, tc.sig, false)
+			served := regexp.MustCompile(`served ([0-9]+) of 2000000 buyers`).FindStringSubmatch(s.output())
+			if code != tc.code || took > time.Second || served == nil || served[1] == "0" ||
+				!strings.Contains(s.errOut.String(), "interrupted") {
+				t.Errorf("exit %d after %v, want %d within 1 s with a PARTIAL report of the buyers served: %s%s", code, took, tc.code, s.output(), s.errOut.String())
+			}
+			t.Logf("flashsale stopped in %v: %s", took, s.output())
+		})
+	}
+	t.Run("demo SIGINT", func(t *testing.T) {
+		testenv.Require(t)
+		s := startHoldtime(t, bin, "== before", "demo", "--duration", "120s", "--no-proxysql", "--no-redis-lesson", "--color", "never",
+			"--listen", "127.0.0.1:0")
+		code, took := s.signal(t, syscall.SIGINT, false)
+		if code != 130 || took > time.Second || !strings.Contains(s.output(), "PARTIAL: interrupted") ||
+			!strings.Contains(s.output(), "TAG") {
+			t.Errorf("exit %d after %v, want 130 within 1 s with the ranking so far: %s%s", code, took, s.output(), s.errOut.String())
+		}
+		t.Logf("demo stopped in %v", took)
+	})
+	t.Run("top SIGINT", func(t *testing.T) {
+		col := startHoldtime(t, bin, "serving on", "collect", "--otlp", "--listen", "127.0.0.1:0")
+		addr := regexp.MustCompile(`http://[0-9.:]+`).FindString(col.output())
+		s := startHoldtime(t, bin, "holdtime top", "top", "--collector", addr, "--interval", "100ms")
+		code, took := s.signal(t, syscall.SIGINT, false)
+		if code != 130 || took > time.Second || !strings.Contains(s.output(), "sources:") {
+			t.Errorf("exit %d after %v, want 130 within 1 s having drawn its tables: %s%s", code, took, s.output(), s.errOut.String())
+		}
+	})
+	t.Run("locks --watch SIGTERM", func(t *testing.T) {
+		d := testenv.NewDatabase(t)
+		s := startHoldtime(t, bin, "holdtime locks", "locks", "--mysql", d.DSN(), "--watch", "--interval", "200ms")
+		code, took := s.signal(t, syscall.SIGTERM, false)
+		if code != 143 || took > time.Second || !strings.Contains(s.output(), "TRANSACTIONS") {
+			t.Errorf("exit %d after %v, want 143 within 1 s having drawn its reads: %s%s", code, took, s.output(), s.errOut.String())
+		}
 	})
 }

@@ -1,7 +1,10 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"net"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -104,5 +107,87 @@ func TestTopSaysWhatFailed(t *testing.T) {
 				t.Errorf("took %v: a failure waiting cannot fix must not wait for --timeout", took)
 			}
 		})
+	}
+}
+
+// TestFlashsaleMissingDatabase: --dsn naming a database that does not
+// exist says so, directly or through ProxySQL (which accepts the login and
+// fails the first statement), never "another Migrate held the lock".
+func TestFlashsaleMissingDatabase(t *testing.T) {
+	target := testenv.Shared(t)
+	noDB := target.Config("")
+	noDB.DBName = "no_such_db_holdtime"
+	dsns := map[string]string{"mysql": noDB.FormatDSN()}
+	if testenv.ProxySQLAvailable() && target.Server() != nil {
+		d := testenv.NewDatabase(t)
+		p, err := testenv.StartProxySQL(t.Context(), testenv.ProxySQLOptions{Backend: target, Schema: d.Name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { p.Close() })
+		app := p.AppConfig()
+		app.DBName = "no_such_db_holdtime"
+		dsns["proxysql"] = app.FormatDSN()
+	}
+	for name, dsn := range dsns {
+		t.Run(name, func(t *testing.T) {
+			var out, errOut syncBuffer
+			code := run(t.Context(), []string{"flashsale", "--dsn", dsn, "--buyers", "10", "--timeout", "10s"}, &out, &errOut)
+			msg := errOut.String()
+			t.Logf("%s", msg)
+			if code != 1 || !strings.Contains(msg, "no_such_db_holdtime") || !strings.Contains(msg, "does not exist") ||
+				strings.Contains(msg, "Migrate") {
+				t.Errorf("exit %d: %q; want the missing database named as the cause", code, msg)
+			}
+		})
+	}
+}
+
+// closingPeer listens on a loopback port and closes every connection it
+// accepts before saying anything: the driver reads EOF where the server's
+// greeting should be, and logs it.
+func closingPeer(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	t.Cleanup(func() { ln.Close(); <-done })
+	return ln.Addr().String()
+}
+
+// TestDriverLogGoesThroughHoldtime: the binary's driver log lines are
+// holdtime's own (one "holdtime:" line each, the password redacted), never
+// the driver's raw "[mysql] ... packets.go:58 unexpected EOF".
+func TestDriverLogGoesThroughHoldtime(t *testing.T) {
+	bin := buildHoldtime(t)
+	peer := closingPeer(t)
+	cmd := exec.Command(bin, "flashsale", "--dsn", "app:s3cret-pw@tcp("+peer+")/shop", "--timeout", "5s")
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	_ = cmd.Run()
+	stderr := errOut.String()
+	t.Logf("%s", stderr)
+	if !strings.Contains(stderr, "mysql driver: ") {
+		t.Fatalf("the driver logged nothing through holdtime (did it log at all?): %q", stderr)
+	}
+	for _, l := range strings.Split(strings.TrimSuffix(stderr, "\n"), "\n") {
+		if !strings.HasPrefix(l, "holdtime: ") || strings.Contains(l, "[mysql]") || strings.Contains(l, "s3cret-pw") {
+			t.Errorf("a line not holdtime's: %q", l)
+		}
+	}
+	if !strings.Contains(stderr, "did not answer as a MySQL server does") {
+		t.Errorf("the error does not say the peer is no MySQL server (it said 'invalid connection'): %q", stderr)
 	}
 }

@@ -432,6 +432,11 @@ func (f *flashsaleCmd) database(ctx context.Context) (*mysql.Config, string, fun
 				msg = strings.ReplaceAll(msg, mc.Passwd, "xxx")
 			}
 			kind := collector.FailureOf(err)
+			if kind == collector.FailureOther && errors.Is(err, mysql.ErrInvalidConn) {
+				// The peer closed before its greeting ended: the driver's
+				// log says EOF, its error only "invalid connection".
+				kind = collector.FailureClosed
+			}
 			if errors.Is(err, context.DeadlineExceeded) {
 				kind, msg = collector.FailureTimeout, ""
 			}
@@ -460,6 +465,12 @@ func flashsaleRedact(mc *mysql.Config) string {
 	return fmt.Sprintf("%s@%s(%s)/%s", mc.User, mc.Net, mc.Addr, mc.DBName)
 }
 
+// flashsalePing connects as the sale will and runs one statement in the
+// DSN's database: ProxySQL accepts a login naming a database that does not
+// exist and fails only the first statement (reservation's Migrate then
+// blamed another Migrate holding its lock, issue 25). The statement's
+// error is the server's own (1049 Unknown database), which explainFailure
+// names.
 func flashsalePing(ctx context.Context, mc *mysql.Config, timeout time.Duration) error {
 	connector, err := mysql.NewConnector(mc)
 	if err != nil {
@@ -467,11 +478,10 @@ func flashsalePing(ctx context.Context, mc *mysql.Config, timeout time.Duration)
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	conn, err := connector.Connect(ctx)
-	if err != nil {
-		return err
-	}
-	return conn.Close()
+	db := sql.OpenDB(connector)
+	defer db.Close()
+	var name sql.NullString
+	return db.QueryRowContext(ctx, "SELECT DATABASE()").Scan(&name)
 }
 
 func writeFlashsaleReport(w io.Writer, r flashsale.Report) error {

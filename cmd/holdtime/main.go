@@ -8,9 +8,13 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/go-sql-driver/mysql"
 )
 
 func main() {
+	// The driver's own log lines go through holdtime's (driverlog.go).
+	_ = mysql.SetLogger(&driverLog{w: os.Stderr, secrets: processSecrets(os.Args[1:])})
 	ctx, cancel := context.WithCancel(context.Background())
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)

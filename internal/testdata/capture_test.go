@@ -274,7 +274,7 @@ func waitFor(ctx context.Context, stats *sql.DB, ok func(census) bool) error {
 	}
 }
 
-func open(t *testing.T, dsn string) *sql.DB {
+func open(t testing.TB, dsn string) *sql.DB {
 	t.Helper()
 	db, err := sql.Open("mysql", dsn)
 	if err != nil {

@@ -88,6 +88,23 @@ func TestComposeFile(t *testing.T) {
 			t.Errorf("docker-compose config has no %q", want)
 		}
 	}
+	// The collector's bearer token: the workload's span exporter and
+	// Prometheus's scrape send the very token the collector requires.
+	token := regexp.MustCompile(`HOLDTIME_TOKEN: (\S+)`).FindStringSubmatch(out)
+	if token == nil {
+		t.Error("the collector has no HOLDTIME_TOKEN: /v1/traces and the API would be open to anyone who reaches the port")
+	} else {
+		if !strings.Contains(out, "OTEL_EXPORTER_OTLP_HEADERS: Authorization=Bearer%20"+token[1]) {
+			t.Errorf("the workload's span exporter does not send the collector's token %s", token[1])
+		}
+		prom, err := os.ReadFile("prometheus/prometheus.yml")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(prom), "credentials: "+token[1]) {
+			t.Errorf("Prometheus does not scrape the collector with its token %s", token[1])
+		}
+	}
 	services := parseComposeConfig(t, out)
 	for _, name := range []string{"mysql", "proxysql", "collector", "workload", "prometheus", "grafana"} {
 		if services[name] == nil {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -43,6 +44,9 @@ type collectCmd struct {
 	maxTags        int
 	record         string
 	timeout        time.Duration
+	token          string
+	tlsCert        string
+	tlsKey         string
 }
 
 func newCollectCmd() *cobra.Command {
@@ -65,7 +69,15 @@ Every flag has an environment variable (HOLDTIME_ + the flag in upper case,
 dashes as underscores); repeatable flags take several values separated by ';'
 in the variable (so a DSN whose password holds a ';' goes on the command line).
 DSNs are go-sql-driver/mysql DSNs and never appear in output.
-The listen address defaults to ` + defaultCollectListen + ` (loopback only).`,
+The listen address defaults to ` + defaultCollectListen + ` (loopback only).
+
+--token (or HOLDTIME_TOKEN, which keeps it out of the process list) makes every
+path but /healthz and /readyz answer only requests with Authorization: Bearer
+TOKEN: /v1/traces, /api/v1/top and /metrics. holdtime top sends it with --token;
+an OTLP exporter with OTEL_EXPORTER_OTLP_HEADERS=Authorization=Bearer%20TOKEN;
+Prometheus with authorization: credentials. The token is never logged.
+--tls-cert and --tls-key serve https instead of http (give the token over https
+only, off loopback).`,
 		Example: `  holdtime collect --proxysql px1='admin:admin@tcp(127.0.0.1:6032)/' \
       --proxysql-events-log px1=/var/lib/proxysql/events.log
   HOLDTIME_MYSQL='db1=monitor:secret@tcp(db1:3306)/' holdtime collect --otlp
@@ -95,6 +107,9 @@ The listen address defaults to ` + defaultCollectListen + ` (loopback only).`,
 	f.IntVar(&c.maxTags, "max-tags", 1000, "distinct tags per target and source; more go to conn_tag=\"overflow\"")
 	f.StringVar(&c.record, "record", "", "write polled processlist samples and stats tables to this directory (see collector/RECORDING.md)")
 	f.DurationVar(&c.timeout, "timeout", 5*time.Second, "bound of one poll, connecting included")
+	f.StringVar(&c.token, "token", "", "bearer token every request but /healthz and /readyz must carry (better: HOLDTIME_TOKEN)")
+	f.StringVar(&c.tlsCert, "tls-cert", "", "serve https with this PEM certificate (chain included); needs --tls-key")
+	f.StringVar(&c.tlsKey, "tls-key", "", "the PEM private key of --tls-cert")
 	for _, name := range []string{"proxysql", "mysql", "proxysql-events-log", "proxysql-client-address"} {
 		f.SetAnnotation(name, namedAnnotation, []string{"true"})
 	}
@@ -111,6 +126,18 @@ const collectReadTimeout = 10 * time.Second
 
 func newCollectServer(h http.Handler) *http.Server {
 	return &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: collectReadTimeout, IdleTimeout: 2 * time.Minute}
+}
+
+// listenOn listens on addr, with TLS when tlsConfig is set.
+func (c *collectCmd) listenOn(flag, addr string, tlsConfig *tls.Config) (net.Listener, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w: pick a free address with --%s", addr, err, flag)
+	}
+	if tlsConfig != nil {
+		ln = tls.NewListener(ln, tlsConfig)
+	}
+	return ln, nil
 }
 
 // Floors of the ProxySQL poll intervals.
@@ -306,28 +333,48 @@ func (c *collectCmd) run(ctx context.Context) error {
 	if err := refuseWrongEndpoints(ctx, configEndpoints(cfg), false, logger); err != nil {
 		return err
 	}
+	if c.token != "" {
+		if err := checkToken("token", c.token); err != nil {
+			return err
+		}
+	}
+	tlsConfig, err := loadTLS(c.tlsCert, c.tlsKey)
+	if err != nil {
+		return err
+	}
 	col, err := collector.New(cfg)
 	if err != nil {
 		return err
 	}
-	ln, err := net.Listen("tcp", c.listen)
-	if err != nil {
-		return fmt.Errorf("listen on %s: %w: pick a free address with --listen", c.listen, err)
+	handler := col.Handler()
+	if c.token != "" {
+		handler = requireToken(c.token, handler)
 	}
-	servers := []*http.Server{newCollectServer(col.Handler())}
+	ln, err := c.listenOn("listen", c.listen, tlsConfig)
+	if err != nil {
+		return err
+	}
+	servers := []*http.Server{newCollectServer(handler)}
 	listeners := []net.Listener{ln}
 	if c.otlpListen != "" {
-		oln, err := net.Listen("tcp", c.otlpListen)
+		oln, err := c.listenOn("otlp-listen", c.otlpListen, tlsConfig)
 		if err != nil {
 			ln.Close()
-			return fmt.Errorf("listen on %s: %w: pick a free address with --otlp-listen", c.otlpListen, err)
+			return err
 		}
 		mux := http.NewServeMux()
-		mux.Handle("/v1/traces", col.Handler())
+		mux.Handle("/v1/traces", handler)
 		servers = append(servers, newCollectServer(mux))
 		listeners = append(listeners, oln)
 	}
-	fmt.Fprintf(c.out, "holdtime collect: serving on http://%s (/metrics, /api/v1/top, /healthz, /readyz)\n", ln.Addr())
+	scheme, auth := "http", ""
+	if tlsConfig != nil {
+		scheme = "https"
+	}
+	if c.token != "" {
+		auth = "; a bearer token is required but on /healthz and /readyz"
+	}
+	fmt.Fprintf(c.out, "holdtime collect: serving on %s://%s (/metrics, /api/v1/top, /healthz, /readyz%s)\n", scheme, ln.Addr(), auth)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	serveErr := make(chan error, len(servers))

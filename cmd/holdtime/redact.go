@@ -72,11 +72,20 @@ func secretsIn(args, environ []string) []string {
 			}
 		}
 	}
-	for _, a := range args {
+	for i, a := range args {
 		add(a)
+		// A bearer token (collect --token, top --token) is a secret whole.
+		if a == "--token" && i+1 < len(args) {
+			out = append(out, args[i+1])
+		} else if v, ok := strings.CutPrefix(a, "--token="); ok {
+			out = append(out, v)
+		}
 	}
 	for _, kv := range environ {
 		name, v, _ := strings.Cut(kv, "=")
+		if name == "HOLDTIME_TOKEN" {
+			out = append(out, v)
+		}
 		if !strings.HasPrefix(name, "HOLDTIME_") {
 			continue
 		}

@@ -43,6 +43,8 @@ type topCmd struct {
 	once         bool
 	jsonOut      bool
 	color        string
+	token        string
+	caCert       string
 
 	filterRe *regexp.Regexp
 }
@@ -130,6 +132,8 @@ a ';' goes on the command line instead.`,
 	f.BoolVar(&t.once, "once", false, "print one table and exit")
 	f.BoolVar(&t.jsonOut, "json", false, "print JSON (one document per refresh)")
 	f.StringVar(&t.color, "color", "auto", "colour: auto (on a terminal), always, never")
+	f.StringVar(&t.token, "token", "", "bearer token of a collector run with --token (better: HOLDTIME_TOKEN)")
+	f.StringVar(&t.caCert, "ca-cert", "", "PEM certificate(s) to trust for an https collector, besides the system's (a self-signed one)")
 	f.SetAnnotation("proxysql", dsnAnnotation, []string{"optional-name"})
 	f.SetAnnotation("mysql", dsnAnnotation, []string{"optional-name"})
 	return cmd
@@ -150,6 +154,9 @@ func (t *topCmd) validate() error {
 	}
 	if len(t.proxysqlDSNs)+len(t.mysqlDSNs) > 0 {
 		sources++
+		if t.token != "" || t.caCert != "" {
+			return errors.New("--token and --ca-cert are for --collector: polling directly needs neither")
+		}
 	}
 	switch {
 	case sources == 0:
@@ -216,7 +223,11 @@ func (t *topCmd) run(ctx context.Context) error {
 	var src topSource
 	var down string // what a failed answer is, in the header
 	if t.collectorURL != "" {
-		c, err := collector.NewClient(t.collectorURL, nil)
+		hc, err := collectorHTTPClient(t.token, t.caCert)
+		if err != nil {
+			return err
+		}
+		c, err := collector.NewClient(t.collectorURL, hc)
 		if err != nil {
 			return err
 		}

@@ -157,8 +157,8 @@ func Example_openTelemetry() {
 }
 
 // Spans only where they pay: a hold span (which names the ProxySQL session
-// behind it, with WithSessionID) only for holds of 50 ms or more, or idle
-// for 100 ms or more (add a Rate for a share of the others); no span per
+// behind it, with WithSessionID) only for holds of 200 ms or more, or idle
+// for 1 s or more (add a Rate for a share of the others); no span per
 // statement. The counters still count every hold.
 func ExampleWithHoldSpanSampling() {
 	reader := sdkmetric.NewManualReader()
@@ -167,7 +167,7 @@ func ExampleWithHoldSpanSampling() {
 		conntag.WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))),
 		conntag.WithTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))),
 		conntag.WithoutStatementSpans(),
-		conntag.WithHoldSpanSampling(conntag.SpanSampling{MinHold: 50 * time.Millisecond, MinIdle: 100 * time.Millisecond}),
+		conntag.WithHoldSpanSampling(conntag.SpanSampling{MinHold: 200 * time.Millisecond, MinIdle: time.Second}),
 	)
 	if err != nil {
 		log.Fatal(err)
@@ -178,7 +178,7 @@ func ExampleWithHoldSpanSampling() {
 	if _, err := db.ExecContext(ctx, "SELECT 1"); err != nil { // a short hold: no span
 		log.Fatal(err)
 	}
-	if _, err := db.ExecContext(ctx, "SELECT SLEEP(0.06)"); err != nil { // a long hold: a span
+	if _, err := db.ExecContext(ctx, "SELECT SLEEP(0.25)"); err != nil { // a long hold: a span
 		log.Fatal(err)
 	}
 	var rm metricdata.ResourceMetrics

@@ -58,6 +58,7 @@ type suite struct {
 var suites = []suite{
 	{name: "conntag, stub driver", module: ".", pkg: "./conntag", bench: "^BenchmarkStatementInterleaved$", benchtime: "30x", quick: "10x"},
 	{name: "conntag vs otelsql, stub driver", module: "internal/benchcmp", pkg: ".", bench: "^BenchmarkOverhead$", benchtime: "100000x", quick: "30000x", count: 5},
+	{name: "conntag, hold spans", module: ".", pkg: "./conntag", bench: "^BenchmarkHoldSpans$", benchtime: "20x", quick: "5x"},
 	{name: "conntag, loopback", module: ".", pkg: "./conntag", bench: "^BenchmarkLoopback$", benchtime: "20000x", quick: "4000x", oneCPU: true},
 	{name: "reservation: engine vs baselines", module: ".", pkg: "./reservation", bench: "^BenchmarkEngineVsMinimal$", benchtime: "1200x", quick: "300x"},
 	{name: "reservation: refill convoy", module: ".", pkg: "./reservation", bench: "^BenchmarkRefillConvoy$", benchtime: "2000x", quick: "600x"},

@@ -105,6 +105,25 @@ func sections() []section {
 	}
 	out = append(out, stub)
 
+	spans := section{title: "conntag: what spans cost per hold (stub driver)",
+		intro: "`conntag/BenchmarkHoldSpans`: one statement per hold through `database/sql` on the stub driver, metrics on in " +
+			"every variant, an SDK TracerProvider whose batching exporter drops the spans; the variants interleaved round by " +
+			"round (20 rounds of 2,000 holds). × = the median over rounds of the variant's ns per hold over spans off's in the " +
+			"same round; allocations per hold include database/sql's one. Spans off is the default: the app layer's figures " +
+			"come from the counters, whatever the span setting; hold spans only name ProxySQL sessions for the proxy join."}
+	for _, v := range []struct{ name, what string }{
+		{"spans_all", "span per statement and per hold (WithTracerProvider)"},
+		{"hold_spans_all", "hold spans only (WithoutStatementSpans)"},
+		{"hold_spans_sampled", "hold spans sampled (MinHold 1ms, MinIdle 1ms, Rate 0.01), no statement spans"},
+		{"stmt_spans_hold_sampled", "statement spans, hold spans sampled as above"},
+	} {
+		spans.figures = append(spans.figures,
+			figure{name: v.what, baseline: "spans off, same round", unit: "×", value: metric("BenchmarkHoldSpans", v.name+"-x")},
+			figure{name: v.what + ": added", baseline: "spans off, same round", unit: "ns", value: metric("BenchmarkHoldSpans", v.name+"-added-ns")},
+			figure{name: v.what, baseline: "(absolute)", unit: "allocs", value: metric("BenchmarkHoldSpans", v.name+"-allocs")})
+	}
+	out = append(out, spans)
+
 	cmp := section{title: "conntag vs otelsql (stub driver)",
 		intro: "`internal/benchcmp/BenchmarkOverhead` (its own module, so otelsql stays out of holdtime's dependencies): " +
 			"both wrappers record metrics through an SDK MeterProvider and put the tag into the statement. " +

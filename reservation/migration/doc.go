@@ -21,7 +21,11 @@
 //     the shadow for exactly the truth's lines (each from its own location
 //     group). A shadow that cannot record them (too few units: it has
 //     drifted) is a KindShadowShort mismatch; the customer's call is not
-//     failed.
+//     failed. Unless the truth's hold expired before the shadow could
+//     record it (a record slower than the hold's TTL): the truth gave its
+//     units back and may have granted them again, and the shadow, which
+//     never took them, agrees; there is nothing to record, and no
+//     mismatch (nor when the shadow then finds no hold to give back).
 //   - Claim, release and expiry follow the truth's answer. The shadow
 //     claims what the truth claimed; it gives back the units of a hold the
 //     truth found expired or released, and never claims one (an ErrExpired

@@ -82,6 +82,11 @@ func (r *Router) Reserve(ctx context.Context, p reservation.ReserveParams) (*res
 	r.metrics.op(ctx, opReserve, stage, shadow, roleShadow, start, serr)
 	m := Mismatch{Stage: stage, ShopID: p.ShopID, ReservationID: p.ReservationID, Truth: "ok", Shadow: outcomeText(serr)}
 	switch {
+	case errors.Is(serr, reservation.ErrInsufficientStock) && r.endedFirst(sctx, p.ShopID, p.ReservationID, truth):
+		// The truth's hold expired before the shadow could record it
+		// (a record slower than the hold's TTL): the truth gave its units
+		// back and may have granted them again, and the shadow, which
+		// never took them, agrees with it.
 	case errors.Is(serr, reservation.ErrInsufficientStock):
 		m.Kind = KindShadowShort
 	case serr != nil:
@@ -187,15 +192,15 @@ func (r *Router) catchUpShared(ctx context.Context, s *shop, shadow Backend) err
 	}
 }
 
-// followOne makes the shadow's record of one reservation follow its
-// truth when the truth no longer holds it.
-func (r *Router) followOne(ctx context.Context, shopID uint64, id string, truth Backend) error {
+// truthState is a reservation's state in its source of truth (held for a
+// Redis hold being claimed; "" when the truth does not know it).
+func (r *Router) truthState(ctx context.Context, shopID uint64, id string, truth Backend) (reservation.State, error) {
 	ctx = r.stockCtx(ctx)
 	var state string
 	if truth == BackendRedis {
 		st, err := r.cfg.Redis.States(ctx, shopID, []string{id})
 		if err != nil {
-			return err
+			return "", err
 		}
 		state = st[0]
 		if state == "claiming" {
@@ -203,15 +208,32 @@ func (r *Router) followOne(ctx context.Context, shopID uint64, id string, truth 
 		}
 	} else if err := r.cfg.DB.QueryRowContext(ctx, `SELECT state FROM inventory_reservations WHERE shop_id = ? AND reservation_id = ?`,
 		shopID, id).Scan(&state); err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return "", err
+	}
+	return reservation.State(state), nil
+}
+
+// endedFirst reports whether the truth says a reservation it granted
+// expired: a shadow that could not record it has nothing to record.
+func (r *Router) endedFirst(ctx context.Context, shopID uint64, id string, truth Backend) bool {
+	st, err := r.truthState(ctx, shopID, id, truth)
+	return err == nil && st == reservation.StateExpired
+}
+
+// followOne makes the shadow's record of one reservation follow its
+// truth when the truth no longer holds it.
+func (r *Router) followOne(ctx context.Context, shopID uint64, id string, truth Backend) error {
+	state, err := r.truthState(ctx, shopID, id, truth)
+	if err != nil {
 		return err
 	}
-	switch reservation.State(state) {
+	switch state {
 	case reservation.StateHeld:
 		return nil
 	case reservation.StateClaimed:
-		return ignoreEnded(r.endIn(ctx, opClaim, other(truth), shopID, id, true))
+		return ignoreEnded(r.endIn(r.stockCtx(ctx), opClaim, other(truth), shopID, id, true))
 	}
-	return ignoreEnded(r.endIn(ctx, opRelease, other(truth), shopID, id, true))
+	return ignoreEnded(r.endIn(r.stockCtx(ctx), opRelease, other(truth), shopID, id, true))
 }
 
 // mirror records in the shadow system a hold the truth granted: exactly
@@ -313,8 +335,13 @@ func (r *Router) end(ctx context.Context, op string, shopID uint64, id string) e
 	start = time.Now()
 	serr := r.endIn(sctx, follow, shadow, shopID, id, true)
 	r.metrics.op(ctx, follow, stage, shadow, roleShadow, start, serr)
-	if follow == opRelease && errors.Is(serr, reservation.ErrExpired) {
+	switch {
+	case follow == opRelease && errors.Is(serr, reservation.ErrExpired):
 		serr = nil // the shadow's own sweeper ended it (ShadowGrace after the truth's deadline)
+	case follow == opRelease && errors.Is(serr, reservation.ErrNotFound) && r.endedFirst(sctx, shopID, id, truth):
+		// The truth's hold expired before the shadow recorded it (see
+		// Reserve): the shadow never had it, and agrees.
+		serr = nil
 	}
 	if serr != nil {
 		k := kind

@@ -33,7 +33,7 @@ import (
 //     customer never paid;
 //   - every mismatch falls in a window where a fault was injected (or
 //     concerns a reservation whose earlier mismatch did); runs without
-//     faults have none (but a known open shadow_short race, logged);
+//     faults have none;
 //   - the gate never promotes a drifted shop: at every promotion (the shop
 //     fenced), both systems' counts of the shop agree;
 //   - at rest, both systems agree on every shop no fault touched.
@@ -247,33 +247,20 @@ func propertyRun(t *testing.T, seed uint64, faults bool) {
 	// Mismatches only where a fault was.
 	explained := map[string]bool{}
 	faulted := map[uint64]bool{}
-	unexplainedShort := 0
 	for _, m := range e.seen {
 		key := fmt.Sprintf("%d/%s", m.ShopID, m.ReservationID)
 		in := explained[key]
 		for _, w := range windows {
 			in = in || (!m.At.Before(w.from) && m.At.Before(w.to.Add(2*time.Second)))
 		}
-		switch {
-		case in:
-		case m.Kind == KindShadowShort:
-			// Known open (issue 21): under -race on 2 cores, about one
-			// run in three has one or two shadows that could not record
-			// a grant near a sell-out without a fault, a race not yet
-			// found. The books stay exact (checked above and below);
-			// it is counted here, not hidden.
-			unexplainedShort++
-		default:
+		if !in {
 			t.Errorf("mismatch outside any fault window: %+v", m)
 		}
 		explained[key] = true
 		faulted[m.ShopID] = true
 	}
-	if unexplainedShort > 0 {
-		t.Logf("KNOWN OPEN: %d shadow_short mismatches outside any fault window (see the comment above)", unexplainedShort)
-	}
-	if !faults && len(e.seen) > unexplainedShort {
-		t.Errorf("%d mismatches in a run without faults", len(e.seen))
+	if !faults && len(e.seen) > 0 {
+		t.Errorf("%d mismatches in a run without faults: %+v", len(e.seen), e.seen)
 	}
 	// At rest both systems agree on every shop no fault touched (and on
 	// every shop once repaired).

@@ -115,7 +115,8 @@
 //
 // # Metrics
 //
-// Through Config.MeterProvider (none by default), scope
+// Through Config.MeterProvider (none by default; the package registers
+// nothing globally: export them through the caller's registry), scope
 // github.com/holdtime/holdtime/reservation/migration:
 //
 //	holdtime.migration.operations         holdtime_migration_operations_total            counter; operation, stage, backend=redis|mysql, role=truth|shadow, outcome
@@ -124,6 +125,7 @@
 //	holdtime.migration.cutovers           holdtime_migration_cutovers_total              counter; from, to, outcome=ok|gated|refused|error
 //	holdtime.migration.cutover.duration   holdtime_migration_cutover_duration_seconds    histogram (s); same attributes: how long the shop was fenced
 //	holdtime.migration.drifted_shops      holdtime_migration_drifted_shops               gauge: shops whose last reconcile found drift
+//	holdtime.migration.item_drift         holdtime_migration_item_drift                  gauge; shop, item, group, figure=available|held: Redis's figure minus MySQL's, for the items the shop's last reconcile (or cutover) found drifted; an item leaves once a reconcile finds it agreeing (or a repair or cutover copies the truth)
 //	holdtime.migration.gated_shops        holdtime_migration_gated_shops                 gauge: shops the gate holds in shadow
 //	holdtime.migration.kill_switch        holdtime_migration_kill_switch                 gauge: 1 while the global switch is on
 //	holdtime.migration.shops              holdtime_migration_shops                       gauge; stage: shops known (ShopsByVolume) per stage

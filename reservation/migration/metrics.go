@@ -28,7 +28,7 @@ func newMetrics(mp metric.MeterProvider, r *Router) (*metrics, error) {
 	}
 	meter := mp.Meter(meterName)
 	m := &metrics{}
-	var errs [9]error
+	var errs [10]error
 	m.operations, errs[0] = meter.Int64Counter("holdtime.migration.operations", metric.WithUnit("{operation}"),
 		metric.WithDescription("Reservation calls per stage, backend and role (truth or shadow), by outcome."))
 	m.duration, errs[1] = meter.Float64Histogram("holdtime.migration.operation.duration", metric.WithUnit("s"),
@@ -76,6 +76,19 @@ func newMetrics(mp metric.MeterProvider, r *Router) (*metrics, error) {
 		metric.WithDescription("Shops the promotion gate holds in shadow (quiet period or drift)."),
 		metric.WithInt64Callback(func(_ context.Context, o metric.Int64Observer) error {
 			o.Observe(int64(len(r.Gated())))
+			return nil
+		}))
+	_, errs[9] = meter.Int64ObservableGauge("holdtime.migration.item_drift", metric.WithUnit("{unit}"),
+		metric.WithDescription("Per shop, item and location group found drifted by the shop's last reconcile: "+
+			"Redis's figure minus MySQL's (figure=available|held). An item leaves when a reconcile finds it agreeing."),
+		metric.WithInt64Callback(func(_ context.Context, o metric.Int64Observer) error {
+			for _, d := range r.itemDrift() {
+				shop := attribute.Int64("shop", int64(d.Key.ShopID))
+				item := attribute.Int64("item", int64(d.Key.ItemID))
+				group := attribute.Int64("group", int64(d.Key.GroupID))
+				o.Observe(d.Redis.Available-d.MySQL.Available, metric.WithAttributes(shop, item, group, attribute.String("figure", "available")))
+				o.Observe(d.Redis.Held-d.MySQL.Held, metric.WithAttributes(shop, item, group, attribute.String("figure", "held")))
+			}
 			return nil
 		}))
 	return m, errors.Join(errs[:]...)

@@ -3,11 +3,16 @@ package migration
 import (
 	"context"
 	"errors"
+	"maps"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/redis/go-redis/v9"
+	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
 	"github.com/holdtime/holdtime/reservation"
 	"github.com/holdtime/holdtime/testenv"
@@ -148,7 +153,15 @@ func TestExpiredTruthClaimNeverClaimsTheShadow(t *testing.T) {
 func TestReconcileRepairAndGate(t *testing.T) {
 	ctx := context.Background()
 	const shop = 13
-	e := setup(t, Config{QuietPeriod: -1}, testenv.PersistenceNone, 10, shop)
+	// The per-item drift gauge, on a registry of the test's own.
+	reg := prometheus.NewRegistry()
+	exporter, err := otelprom.New(otelprom.WithRegisterer(reg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exporter))
+	t.Cleanup(func() { mp.Shutdown(context.Background()) })
+	e := setup(t, Config{QuietPeriod: -1, MeterProvider: mp}, testenv.PersistenceNone, 10, shop)
 	if _, err := e.r.Reserve(ctx, cart(shop, "before-shadow")); err != nil {
 		t.Fatal(err)
 	}
@@ -166,6 +179,9 @@ func TestReconcileRepairAndGate(t *testing.T) {
 	if err != nil || rep.Drift() != "" {
 		t.Fatalf("reconcile: %v, drift %q", err, rep.Drift())
 	}
+	if got := itemDriftSeries(t, reg); len(got) != 0 {
+		t.Fatalf("item drift gauge without drift: %v", got)
+	}
 	// MySQL loses 3 units (a count correction made in one system only).
 	if err := e.engine.Adjust(ctx, reservation.StockParams{ItemKey: key(shop), Quantity: -3}); err != nil {
 		t.Fatal(err)
@@ -173,6 +189,10 @@ func TestReconcileRepairAndGate(t *testing.T) {
 	rep, err = e.r.Reconcile(ctx, shop)
 	if err != nil || !strings.Contains(rep.Drift(), "available redis 8 mysql 5") {
 		t.Fatalf("reconcile of a drifted shop: %v, drift %q", err, rep.Drift())
+	}
+	want := map[string]float64{"figure=available,group=1,item=1,shop=13": 3, "figure=held,group=1,item=1,shop=13": 0}
+	if got := itemDriftSeries(t, reg); !maps.Equal(got, want) {
+		t.Fatalf("item drift gauge: %v, want %v (redis minus mysql)", got, want)
 	}
 	// The gate refuses to promote it.
 	if err := e.r.SetRollout(ctx, Rollout{MySQL: Plan{Shops: []uint64{shop}}}); err != nil {
@@ -184,6 +204,9 @@ func TestReconcileRepairAndGate(t *testing.T) {
 	rep, err = e.r.Repair(ctx, shop)
 	if err != nil || rep.Drift() != "" {
 		t.Fatalf("repair: %v, drift left %q", err, rep.Drift())
+	}
+	if got := itemDriftSeries(t, reg); len(got) != 0 {
+		t.Fatalf("item drift gauge after repair: %v, want no drifted item", got)
 	}
 	if ra, rh, ma, mh := e.figures(t, shop); ra != 8 || rh != 2 || ma != 8 || mh != 2 {
 		t.Fatalf("after repair: redis %d/%d mysql %d/%d", ra, rh, ma, mh)
@@ -316,4 +339,34 @@ func TestReceiveOnceIsIdempotent(t *testing.T) {
 	if ra, rh, ma, mh := e.figures(t, shop); ra != 9 || rh != 0 || ma != 9 || mh != 0 {
 		t.Fatalf("redis %d/%d mysql %d/%d: want 9 available in both", ra, rh, ma, mh)
 	}
+}
+
+// itemDriftSeries returns holdtime_migration_item_drift as gathered from
+// reg: value by its labels (shop, item, group, figure).
+func itemDriftSeries(t *testing.T, reg *prometheus.Registry) map[string]float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, mf := range mfs {
+		if mf.GetName() != "holdtime_migration_item_drift" {
+			continue
+		}
+		if mf.GetType() != dto.MetricType_GAUGE {
+			t.Fatalf("holdtime_migration_item_drift is a %v, want a gauge", mf.GetType())
+		}
+		for _, m := range mf.GetMetric() {
+			var parts []string
+			for _, l := range m.GetLabel() {
+				switch l.GetName() {
+				case "shop", "item", "group", "figure":
+					parts = append(parts, l.GetName()+"="+l.GetValue())
+				}
+			}
+			out[strings.Join(parts, ",")] = m.GetGauge().GetValue()
+		}
+	}
+	return out
 }

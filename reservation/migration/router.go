@@ -161,8 +161,9 @@ type Router struct {
 	rollout    rolloutState
 	kill       bool
 	shops      map[uint64]*shop
-	gated      map[uint64]string // shops the gate holds in shadow, and why
-	drifted    map[uint64]bool   // shops whose last reconcile found drift
+	gated      map[uint64]string      // shops the gate holds in shadow, and why
+	drifted    map[uint64]bool        // shops whose last reconcile found drift
+	driftItems map[uint64][]ItemDrift // per shop, the drifted items of its last reconcile
 	lastSample map[Kind]time.Time
 	mismatches map[Kind]int64
 }
@@ -213,6 +214,7 @@ func New(cfg Config) (*Router, error) {
 		return nil, errors.New("migration: ShadowTimeout, ShadowGrace, GateInterval and SampleInterval must not be negative")
 	}
 	r := &Router{cfg: cfg, shops: map[uint64]*shop{}, gated: map[uint64]string{}, drifted: map[uint64]bool{},
+		driftItems: map[uint64][]ItemDrift{},
 		lastSample: map[Kind]time.Time{}, mismatches: map[Kind]int64{}}
 	st, err := r.resolve(cfg.Rollout)
 	if err != nil {

@@ -55,8 +55,8 @@ func (r *Router) cutover(ctx context.Context, s *shop, to Stage, force bool) err
 		if err != nil {
 			return r.cutoverFailed(ctx, s, from, to, start, err)
 		}
+		r.reconciled(rep)
 		if d := rep.Drift(); d != "" {
-			r.setDrifted(s.id, true)
 			if truth == BackendRedis {
 				// Promotion: the gate refuses; the quiet period restarts.
 				s.lastMismatch.Store(time.Now().UnixNano())
@@ -71,7 +71,7 @@ func (r *Router) cutover(ctx context.Context, s *shop, to Stage, force bool) err
 		if err := r.retry(ctx, func() error { return r.sync(ctx, s.id, truth) }); err != nil {
 			return r.cutoverFailed(ctx, s, from, to, start, err)
 		}
-		r.setDrifted(s.id, false)
+		r.undrifted(s.id)
 	}
 	if r.cfg.onCutover != nil {
 		r.cfg.onCutover(s.id, from, to)
@@ -142,14 +142,46 @@ func (r *Router) gate(id uint64, why string) {
 	r.mu.Unlock()
 }
 
-func (r *Router) setDrifted(id uint64, d bool) {
+// reconciled records what a reconcile of a shop found: whether it drifted
+// and its drifted items (the gauges).
+func (r *Router) reconciled(rep Report) {
+	var items []ItemDrift
+	for _, d := range rep.Items {
+		if d.Drifted() {
+			items = append(items, d)
+		}
+	}
 	r.mu.Lock()
-	if d {
-		r.drifted[id] = true
+	if rep.Drift() != "" {
+		r.drifted[rep.ShopID] = true
 	} else {
-		delete(r.drifted, id)
+		delete(r.drifted, rep.ShopID)
+	}
+	if len(items) > 0 {
+		r.driftItems[rep.ShopID] = items
+	} else {
+		delete(r.driftItems, rep.ShopID)
 	}
 	r.mu.Unlock()
+}
+
+// undrifted records that a shop's shadow was made a copy of its truth.
+func (r *Router) undrifted(id uint64) {
+	r.mu.Lock()
+	delete(r.drifted, id)
+	delete(r.driftItems, id)
+	r.mu.Unlock()
+}
+
+// itemDrift returns the drifted items of every shop's last reconcile.
+func (r *Router) itemDrift() []ItemDrift {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []ItemDrift
+	for _, items := range r.driftItems {
+		out = append(out, items...)
+	}
+	return out
 }
 
 // sync makes the other system a copy of truth for one shop: the shadow's
@@ -548,7 +580,7 @@ func (r *Router) Reconcile(ctx context.Context, shopID uint64) (Report, error) {
 	}
 	rep, err := r.reconcile(ctx, shopID, stage)
 	if err == nil {
-		r.setDrifted(shopID, rep.Drift() != "")
+		r.reconciled(rep)
 	}
 	return rep, err
 }

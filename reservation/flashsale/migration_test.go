@@ -3,6 +3,7 @@ package flashsale
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -152,20 +153,22 @@ func TestMigrationDuringSale(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if d := rep.Drift(); d != "" && faulted[shop] {
-			// A fault may leave drift (a shadow that missed a call):
-			// repair brings it to zero, but for Redis shadow holds stuck
-			// between the halves of their claim (held in Redis's count
-			// and claimed by the truth: the Redis design's flaw).
+		// A Redis claim whose ledger half lost its COMMIT reply to a KILL
+		// is driven again and counted twice in Redis's ledger (the Redis
+		// design's flaw, whatever the stage; no mismatch: both systems
+		// end the hold alike).
+		redisOwn := len(rep.Overcounted) > 0 && len(rep.Claiming) == 0 && !slices.ContainsFunc(rep.Items, migration.ItemDrift.Drifted)
+		if d := rep.Drift(); d != "" && (faulted[shop] || redisOwn) {
+			// A fault may leave drift (a shadow that missed a call, a
+			// Redis shadow's claim stuck between its halves): repair
+			// brings it to zero.
 			t.Logf("shop %d (%s) at rest after faults: %s", shop, rep.Stage, d)
 			if rep, err = router.Repair(ctx, shop); err != nil {
 				t.Fatal(err)
 			}
 		}
-		for _, d := range rep.Items {
-			if d.Redis.Available != d.MySQL.Available || d.Redis.Held-stuckIn(stuckIDs, outcomes, d.Key) != d.MySQL.Held {
-				t.Errorf("shop %d (%s) at rest: %s", shop, rep.Stage, rep.Drift())
-			}
+		if d := rep.Drift(); d != "" {
+			t.Errorf("shop %d (%s) at rest: %s", shop, rep.Stage, d)
 		}
 		for item := uint64(1); item <= 2; item++ {
 			k := reservation.ItemKey{ShopID: shop, ItemID: item, GroupID: 1}
@@ -180,10 +183,11 @@ func TestMigrationDuringSale(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			// A shop whose shadow missed a claim in a fault (a mismatch)
-			// may have its Redis ledger one sale behind its counter.
-			if rb.OnHand+rb.Claimed != cfg.Stock || (rb.Available+rb.Held != rb.OnHand && !faulted[shop]) || rb.Held != redisStuck[k] {
-				t.Errorf("redis books of %+v: %+v, stuck shadow holds %d", k, rb, redisStuck[k])
+			// A shop whose Redis shadow missed a claim in a fault (a
+			// mismatch) and that rests with Redis its truth may have its
+			// Redis ledger one sale behind its counter.
+			if rb.OnHand+rb.Claimed != cfg.Stock || (rb.Available+rb.Held != rb.OnHand && !faulted[shop]) || rb.Held != 0 {
+				t.Errorf("redis books of %+v: %+v (stuck shadow holds before repair: %d)", k, rb, redisStuck[k])
 			}
 		}
 	}
@@ -208,20 +212,4 @@ func TestMigrationDuringSale(t *testing.T) {
 		}
 	}
 	t.Logf("%d mismatches, %d faults, %d stuck shadow holds", len(mismatches), len(faults), len(stuckIDs))
-}
-
-// stuckIn sums the units of key in the reservations stuck in Redis.
-func stuckIn(stuck map[string]bool, outcomes []outcome, key reservation.ItemKey) int64 {
-	var n int64
-	for _, o := range outcomes {
-		if !stuck[fmt.Sprintf("%d/%s", o.shop, o.id)] || o.shop != key.ShopID {
-			continue
-		}
-		for _, l := range o.lines {
-			if l.ItemID == key.ItemID && l.GroupID == key.GroupID {
-				n += l.Quantity
-			}
-		}
-	}
-	return n
 }

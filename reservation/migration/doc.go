@@ -84,7 +84,13 @@
 // held and sold units (sold differs legitimately by what Redis sold before
 // the shop was shadowed); Repair (Backfill: the same step by its name when
 // it starts shadowing) makes the shadow a copy of the truth with the shop
-// fenced. `holdtime migrate reconcile [--repair]` and `holdtime migrate
+// fenced. Reconcile also names Redis's claims stuck between their halves
+// (state "claiming": a claim that died after one of its two systems) and
+// those its ledger counted more than once (driven again); Repair settles
+// them first (as their truth says: MySQL's state for a Redis shadow's
+// claim, sold for Redis's own) so that Redis's ledger counts each sale
+// once, and a Redis it made a copy of MySQL gets a ledger that agrees with
+// its counters. `holdtime migrate reconcile [--repair]` and `holdtime migrate
 // backfill --shop N` run them from the command line.
 //
 // # Shadow timeout

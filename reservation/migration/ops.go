@@ -404,8 +404,9 @@ func (r *Router) catchUpAll(ctx context.Context) error {
 // refills (Engine.RunRefill), both systems' expiry sweeps (at the
 // engine's and the Store's ExpiryInterval; paused while a cutover runs,
 // and followed by the shadows), the gate (the rollout applied again every
-// Config.GateInterval) and the deletion of route rows older than the
-// engine's Config.TTL plus Config.Retention every 10 minutes. Do not run
+// Config.GateInterval) and, every 10 minutes, the deletion of route rows
+// older than the engine's Config.TTL plus Config.Retention and of the
+// Redis design's claim receipts older than its Config.Retention. Do not run
 // the Engine's or the Store's own Run beside it.
 func (r *Router) Run(ctx context.Context) error {
 	var errs [2]error
@@ -452,6 +453,7 @@ func (r *Router) Run(ctx context.Context) error {
 		loop(10*time.Minute, func() {
 			ec := r.cfg.Engine.Config()
 			r.PruneRoutes(ctx, ec.TTL+ec.Retention)
+			r.cfg.Redis.PruneClaims(ctx, r.cfg.Redis.Config().Retention)
 		}),
 	}
 	for _, l := range loops {

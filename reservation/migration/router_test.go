@@ -38,6 +38,12 @@ type env struct {
 // stocks item 1 (group 1) of every shop in shops with stock units.
 func setup(t *testing.T, cfg Config, p testenv.Persistence, stock int64, shops ...uint64) *env {
 	t.Helper()
+	return setupStore(t, cfg, nil, p, stock, shops...)
+}
+
+// setupStore is setup with a change to the Redis design's configuration.
+func setupStore(t *testing.T, cfg Config, store func(*redisstock.Config), p testenv.Persistence, stock int64, shops ...uint64) *env {
+	t.Helper()
 	e := &env{rs: testenv.NewRedis(t, testenv.RedisOptions{Persistence: p}), db: testenv.NewDatabase(t)}
 	mc := e.db.Config()
 	mc.InterpolateParams = true
@@ -49,7 +55,11 @@ func setup(t *testing.T, cfg Config, p testenv.Persistence, stock int64, shops .
 	t.Cleanup(func() { db.Close() })
 	rdb := redis.NewClient(&redis.Options{Addr: e.rs.Addr, MaxRetries: -1, PoolSize: 40})
 	t.Cleanup(func() { rdb.Close() })
-	if e.store, err = redisstock.New(redisstock.Config{Redis: rdb, DB: db, ExpiryInterval: 10 * time.Millisecond}); err != nil {
+	sc := redisstock.Config{Redis: rdb, DB: db, ExpiryInterval: 10 * time.Millisecond}
+	if store != nil {
+		store(&sc)
+	}
+	if e.store, err = redisstock.New(sc); err != nil {
 		t.Fatal(err)
 	}
 	if e.engine, err = reservation.New(db, reservation.Config{PoolSize: 50, ExpiryInterval: 10 * time.Millisecond}); err != nil {

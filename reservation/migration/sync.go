@@ -2,6 +2,7 @@ package migration
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"slices"
@@ -192,6 +193,11 @@ func (r *Router) itemDrift() []ItemDrift {
 // but background refills, which do not change what is sellable.
 func (r *Router) sync(ctx context.Context, shopID uint64, truth Backend) error {
 	shadow := other(truth)
+	// Redis's claims stuck between their halves end first, as their truth
+	// says, and its ledger counts each sale once: what follows reads it.
+	if err := r.settleClaims(ctx, shopID); err != nil {
+		return err
+	}
 	// Both directions: a hold of either system's making whose truth ended
 	// gives its units back in the other before the counts are copied.
 	if err := r.catchUpBoth(ctx, shopID); err != nil {
@@ -235,7 +241,59 @@ func (r *Router) sync(ctx context.Context, shopID uint64, truth Backend) error {
 			return fmt.Errorf("migration: carry hold %s over to %s: %w", h.id, shadow, err)
 		}
 	}
+	if shadow == BackendRedis {
+		// A copy of MySQL's books: Redis's ledger agrees with its counters
+		// (it is what Redis sells from once it is the truth again).
+		for _, k := range keys {
+			if err := r.cfg.Redis.AlignLedger(ctx, k); err != nil {
+				return err
+			}
+		}
+	}
 	return nil
+}
+
+// settleClaims ends Redis's claims of a shop stuck between their halves
+// (state "claiming") and corrects its ledger for claims whose ledger half
+// ran more than once. A claim whose truth is MySQL (Redis was its shadow)
+// ends as MySQL's did (left alone while MySQL still holds it); one of
+// Redis's own ends as sold: Redis decided it against expiry when it began.
+func (r *Router) settleClaims(ctx context.Context, shopID uint64) error {
+	claiming, err := r.cfg.Redis.ClaimingIDs(ctx, shopID)
+	if err != nil {
+		return err
+	}
+	over, err := r.cfg.Redis.OvercountedClaims(ctx, shopID)
+	if err != nil {
+		return err
+	}
+	ids := append(claiming, over...)
+	if len(ids) == 0 {
+		return nil
+	}
+	ctx = r.stockCtx(ctx)
+	routes, err := r.routes(ctx, shopID, ids)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, id := range ids {
+		claimed := true
+		if routes[id] == BackendMySQL {
+			var state string
+			err := r.cfg.DB.QueryRowContext(ctx, `SELECT state FROM inventory_reservations WHERE shop_id = ? AND reservation_id = ?`,
+				shopID, id).Scan(&state)
+			if err != nil && !errors.Is(err, sql.ErrNoRows) {
+				return fmt.Errorf("migration: state of %s: %w", id, err)
+			}
+			if reservation.State(state) == reservation.StateHeld {
+				continue // the truth has not decided
+			}
+			claimed = reservation.State(state) == reservation.StateClaimed
+		}
+		errs = append(errs, r.cfg.Redis.SettleClaim(ctx, shopID, id, claimed))
+	}
+	return errors.Join(errs...)
 }
 
 // hold is a live hold of one system.
@@ -551,11 +609,25 @@ type Report struct {
 	Stage  Stage       `json:"stage"`
 	Truth  Backend     `json:"truth"`
 	Items  []ItemDrift `json:"items"`
+	// Claiming: Redis holds whose claim began and did not end (stuck
+	// between its halves, or running as the report was read). Overcounted:
+	// Redis claims whose ledger half ran more than once (the claim was
+	// driven again), each sale counted more than once in Redis's ledger.
+	// Repair settles both.
+	Claiming    []string `json:"claiming,omitempty"`
+	Overcounted []string `json:"overcounted,omitempty"`
 }
 
-// Drift describes the drifted items ("" when none).
+// Drift describes the drifted items and unsettled Redis claims ("" when
+// none).
 func (rep Report) Drift() string {
 	var parts []string
+	if len(rep.Claiming) > 0 {
+		parts = append(parts, fmt.Sprintf("redis claims stuck between their halves: %s", strings.Join(rep.Claiming, ", ")))
+	}
+	if len(rep.Overcounted) > 0 {
+		parts = append(parts, fmt.Sprintf("redis claims counted more than once in its ledger: %s", strings.Join(rep.Overcounted, ", ")))
+	}
 	for _, d := range rep.Items {
 		if d.Drifted() {
 			parts = append(parts, fmt.Sprintf("item %d group %d: available redis %d mysql %d, held redis %d mysql %d",
@@ -588,6 +660,14 @@ func (r *Router) Reconcile(ctx context.Context, shopID uint64) (Report, error) {
 func (r *Router) reconcile(ctx context.Context, shopID uint64, stage Stage) (Report, error) {
 	ctx = r.stockCtx(ctx)
 	rep := Report{ShopID: shopID, Stage: stage, Truth: truthOf(stage)}
+	var err error
+	if rep.Claiming, err = r.cfg.Redis.ClaimingIDs(ctx, shopID); err != nil {
+		return rep, err
+	}
+	slices.Sort(rep.Claiming)
+	if rep.Overcounted, err = r.cfg.Redis.OvercountedClaims(ctx, shopID); err != nil {
+		return rep, err
+	}
 	keys, err := r.shopKeys(ctx, shopID)
 	if err != nil {
 		return rep, err

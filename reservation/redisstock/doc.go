@@ -41,7 +41,14 @@
 //	p:{s}:avail:ITEM:GROUP   available units (string, integer)
 //	p:{s}:held:ITEM:GROUP    units held by live reservations
 //	p:{s}:res:ID             the reservation (hash: _state, _deadline, ITEM:GROUP -> quantity), kept Config.Retention after it ends
+//	p:{s}:claiming           set of the reservations whose claim began and has not ended (state "claiming")
 //	p:expiry                 sorted set of held reservations by deadline (member "s/ID"): the sweeper's queue
+//
+// The ledger half of a claim also counts its runs in a receipt (table
+// redisstock_claims, kept Config.Retention): a claim driven again still
+// decrements the ledger again (the design's flaw, measured), and
+// SettleClaim, the repair of a claim stuck "claiming", uses the receipt to
+// make the ledger count the sale exactly once.
 //
 // The expiry queue spans shops, so the package runs on a single Redis (or a
 // primary with replicas), not on Redis Cluster.

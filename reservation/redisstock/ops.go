@@ -192,7 +192,7 @@ func (s *Store) claim(ctx context.Context, shop uint64, id string, redrive bool)
 	// Who wins against expiry is decided first, in Redis: the hold leaves
 	// the expiry queue as "claiming".
 	v, err := beginClaimScript.Run(withCommand(ctx, "script:begin_claim"), s.rdb,
-		[]string{s.resKey(shop, id), s.expiryKey()}, member(shop, id), s.cfg.Now().UnixMilli()).Slice()
+		[]string{s.resKey(shop, id), s.expiryKey(), s.claimingKey(shop)}, member(shop, id), s.cfg.Now().UnixMilli(), id).Slice()
 	if err != nil {
 		return unavailable(err)
 	}
@@ -221,8 +221,8 @@ func (s *Store) claim(ctx context.Context, shop uint64, id string, redrive bool)
 	// "claiming" is also what a claim that died between its halves left
 	// behind: this claim cannot tell whether the ledger half ran. It runs
 	// both halves again, which is the design's flaw.
-	ledger := func() error { return s.decrementLedger(ctx, shop, h.lines) }
-	cache := func() error { return s.finishClaim(ctx, shop, id, h.lines) }
+	ledger := func() error { return s.decrementLedger(ctx, shop, id, h.lines) }
+	cache := func() error { return s.finishClaim(ctx, shop, id, "claimed", h.lines) }
 	first, second := ledger, cache
 	if s.cfg.ClaimOrder == ClaimRedisFirst {
 		first, second = cache, ledger
@@ -243,9 +243,9 @@ func (s *Store) claim(ctx context.Context, shop uint64, id string, redrive bool)
 // fails the first statement sent on it: nothing was applied, and the half
 // runs again on a fresh connection. A failed COMMIT is not retried (it may
 // have applied).
-func (s *Store) decrementLedger(ctx context.Context, shop uint64, lines []reservation.ReservedLine) error {
+func (s *Store) decrementLedger(ctx context.Context, shop uint64, id string, lines []reservation.ReservedLine) error {
 	for attempt := 1; ; attempt++ {
-		committing, err := s.decrementLedgerOnce(ctx, shop, lines)
+		committing, err := s.decrementLedgerOnce(ctx, shop, id, lines)
 		if err == nil || committing || attempt == 3 || !deadConn(err) || ctx.Err() != nil {
 			if err != nil {
 				return fmt.Errorf("ledger half: %w", err)
@@ -255,12 +255,19 @@ func (s *Store) decrementLedger(ctx context.Context, shop uint64, lines []reserv
 	}
 }
 
-func (s *Store) decrementLedgerOnce(ctx context.Context, shop uint64, lines []reservation.ReservedLine) (committing bool, err error) {
+func (s *Store) decrementLedgerOnce(ctx context.Context, shop uint64, id string, lines []reservation.ReservedLine) (committing bool, err error) {
 	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
 	if err != nil {
 		return false, err
 	}
 	defer tx.Rollback()
+	// The receipt counts the runs of this half (a claim driven again runs
+	// it again: the design's flaw, kept), so that SettleClaim can count
+	// the sale exactly once.
+	if _, err := tx.ExecContext(ctx, `INSERT INTO redisstock_claims (shop_id, reservation_id, runs) VALUES (?, ?, 1)
+		ON DUPLICATE KEY UPDATE runs = runs + 1`, shop, id); err != nil {
+		return false, err
+	}
 	for _, l := range lines {
 		if _, err := tx.ExecContext(ctx, `UPDATE redisstock_ledger SET on_hand = on_hand - ?, claimed = claimed + ?
 			WHERE shop_id = ? AND inventory_item_id = ? AND inventory_group_id = ?`,
@@ -283,14 +290,14 @@ func deadConn(err error) bool {
 		errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }
 
-func (s *Store) finishClaim(ctx context.Context, shop uint64, id string, lines []reservation.ReservedLine) error {
-	keys := []string{s.resKey(shop, id)}
-	var args []any
+func (s *Store) finishClaim(ctx context.Context, shop uint64, id, state string, lines []reservation.ReservedLine) error {
+	keys := []string{s.resKey(shop, id), s.claimingKey(shop)}
+	args := []any{id, state, s.cfg.Retention.Milliseconds()}
 	for _, l := range lines {
-		keys = append(keys, s.heldKey(reservation.ItemKey{ShopID: shop, ItemID: l.ItemID, GroupID: l.GroupID}))
+		k := reservation.ItemKey{ShopID: shop, ItemID: l.ItemID, GroupID: l.GroupID}
+		keys = append(keys, s.heldKey(k), s.availKey(k))
 		args = append(args, l.Quantity)
 	}
-	args = append(args, s.cfg.Retention.Milliseconds())
 	if err := finishClaimScript.Run(withCommand(ctx, "script:finish_claim"), s.rdb, keys, args...).Err(); err != nil {
 		return fmt.Errorf("redis half: %w", unavailable(err))
 	}
@@ -423,17 +430,22 @@ func (s *Store) ExpireDue(ctx context.Context) (int, error) {
 	return n, nil
 }
 
-// Run sweeps due holds every Config.ExpiryInterval until ctx ends. Errors
-// (Redis down, restarting) are retried at the next interval.
+// Run sweeps due holds every Config.ExpiryInterval, and deletes the claim
+// receipts older than Config.Retention every 10 minutes, until ctx ends.
+// Errors (Redis down, restarting) are retried at the next interval.
 func (s *Store) Run(ctx context.Context) error {
 	t := time.NewTicker(s.cfg.ExpiryInterval)
 	defer t.Stop()
+	prune := time.NewTicker(10 * time.Minute)
+	defer prune.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
 			s.ExpireDue(ctx)
+		case <-prune.C:
+			s.PruneClaims(ctx, s.cfg.Retention)
 		}
 	}
 }

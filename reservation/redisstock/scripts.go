@@ -54,10 +54,11 @@ return redis.call('HGETALL', KEYS[1])
 // beginClaimScript decides a claim against expiry: a held reservation
 // before its deadline becomes "claiming" and leaves the expiry queue.
 //
-// KEYS[1] the reservation hash, KEYS[2] the expiry queue; ARGV[1] the queue
-// member, ARGV[2] now (Unix ms). Returns the state after the call ("began"
-// when this call made it "claiming", "claiming" when an earlier claim did)
-// followed by the hash (HGETALL), or "missing".
+// KEYS[1] the reservation hash, KEYS[2] the expiry queue, KEYS[3] the
+// shop's set of claiming reservations; ARGV[1] the queue member, ARGV[2]
+// now (Unix ms), ARGV[3] the reservation id. Returns the state after the
+// call ("began" when this call made it "claiming", "claiming" when an
+// earlier claim did) followed by the hash (HGETALL), or "missing".
 var beginClaimScript = redis.NewScript(`
 local st = redis.call('HGET', KEYS[1], '_state')
 if not st then
@@ -69,6 +70,7 @@ if st == 'held' then
   else
     redis.call('HSET', KEYS[1], '_state', 'claiming')
     redis.call('ZREM', KEYS[2], ARGV[1])
+    redis.call('SADD', KEYS[3], ARGV[3])
     st = 'began'
   end
 end
@@ -78,20 +80,29 @@ return out
 `)
 
 // finishClaimScript is the Redis half of a claim: the hold ends as sold
-// (its units stay taken from avail).
+// (its units stay taken from avail), or, with ARGV[2] "released", as given
+// back (a repair's verdict on a claim that died between its halves).
 //
-// KEYS[1] the reservation hash, then the held keys; ARGV the quantities in
-// the same order, then the retention (ms). Returns 1 when it ended the
-// hold, 0 when the hold was not "claiming" (already done).
+// KEYS[1] the reservation hash, KEYS[2] the shop's set of claiming
+// reservations, then per line its held and avail keys; ARGV[1] the
+// reservation id, ARGV[2] the final state (claimed or released), ARGV[3]
+// the retention (ms), then the quantities in the lines' order. Returns 1
+// when it ended the hold, 0 when the hold was not "claiming" (already done).
 var finishClaimScript = redis.NewScript(`
+redis.call('SREM', KEYS[2], ARGV[1])
 if redis.call('HGET', KEYS[1], '_state') ~= 'claiming' then
   return 0
 end
-for i = 2, #KEYS do
-  redis.call('DECRBY', KEYS[i], ARGV[i - 1])
+local q = 4
+for i = 3, #KEYS, 2 do
+  redis.call('DECRBY', KEYS[i], ARGV[q])
+  if ARGV[2] == 'released' then
+    redis.call('INCRBY', KEYS[i + 1], ARGV[q])
+  end
+  q = q + 1
 end
-redis.call('HSET', KEYS[1], '_state', 'claimed')
-redis.call('PEXPIRE', KEYS[1], ARGV[#ARGV])
+redis.call('HSET', KEYS[1], '_state', ARGV[2])
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
 return 1
 `)
 

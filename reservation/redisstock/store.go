@@ -130,11 +130,24 @@ const ledgerDDL = `CREATE TABLE IF NOT EXISTS redisstock_ledger (
     PRIMARY KEY (shop_id, inventory_item_id, inventory_group_id)
 ) ENGINE=InnoDB`
 
-// Migrate creates the ledger table when missing.
+// claimsDDL: one receipt per reservation whose claim ran the ledger half,
+// with how many times it ran (see SettleClaim).
+const claimsDDL = `CREATE TABLE IF NOT EXISTS redisstock_claims (
+    shop_id        BIGINT UNSIGNED NOT NULL,
+    reservation_id VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
+    runs           INT NOT NULL,
+    created_at     DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
+    PRIMARY KEY (shop_id, reservation_id),
+    KEY redisstock_claims_created (created_at)
+) ENGINE=InnoDB`
+
+// Migrate creates the ledger and claim receipt tables when missing.
 func (s *Store) Migrate(ctx context.Context) error {
 	ctx = conntag.WithTag(ctx, s.cfg.Tags.Stock)
-	if _, err := s.db.ExecContext(ctx, ledgerDDL); err != nil {
-		return fmt.Errorf("redisstock: create redisstock_ledger: %w", err)
+	for _, ddl := range []string{ledgerDDL, claimsDDL} {
+		if _, err := s.db.ExecContext(ctx, ddl); err != nil {
+			return fmt.Errorf("redisstock: create tables: %w", err)
+		}
 	}
 	return nil
 }
@@ -152,6 +165,7 @@ func (s *Store) heldKey(k reservation.ItemKey) string {
 }
 
 func (s *Store) resKey(shop uint64, id string) string { return s.shopKey(shop, "res:"+id) }
+func (s *Store) claimingKey(shop uint64) string       { return s.shopKey(shop, "claiming") }
 func (s *Store) expiryKey() string                    { return s.cfg.KeyPrefix + ":expiry" }
 func member(shop uint64, id string) string            { return strconv.FormatUint(shop, 10) + "/" + id }
 

@@ -163,3 +163,25 @@ func TestDoctorAndErrorsRenderServerTextInert(t *testing.T) {
 	run(context.Background(), []string{"top", "--collector", "http://127.0.0.1:1/\x1b[2J", "--bogus"}, &out, &stderr)
 	controlFree(t, "error", stderr.String())
 }
+
+// FuzzTopRender: whatever tags a collector answers, top's table holds no
+// character a terminal acts on, keeps one line per tag, and aligns its
+// columns in terminal cells.
+func FuzzTopRender(f *testing.F) {
+	for _, tag := range hostileTags {
+		f.Add(tag, "x")
+	}
+	f.Add("\xff\xfe", "\u0301")
+	f.Fuzz(func(t *testing.T, a, b string) {
+		resp := layered(10,
+			collector.TopRow{Tag: a, Layers: map[collector.Layer]*collector.LayerFigures{collector.LayerApp: fig(2, 0.5, 10)}},
+			collector.TopRow{Tag: b, Layers: map[collector.Layer]*collector.LayerFigures{collector.LayerApp: fig(1, 0.5, 10)}})
+		out := renderTop(t, resp, 0, false)
+		controlFree(t, "top", out)
+		lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+		if len(lines) != 5 {
+			t.Fatalf("%d lines for 2 tags:\n%s", len(lines), out)
+		}
+		sameWidths(t, "top", lines[2:])
+	})
+}

@@ -15,6 +15,8 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 	"github.com/spf13/cobra"
+
+	"github.com/holdtime/holdtime/internal/termtext"
 )
 
 // probeDSNEnv holds the DSN of `probe mysql` when --dsn is not given, to
@@ -100,7 +102,7 @@ func (p *probeCmd) http(ctx context.Context, u *url.URL) error {
 		}
 		return fmt.Errorf("probe %s: %s", shown, resp.Status)
 	}
-	_, err = fmt.Fprintf(p.out, "ok %s: %s\n", shown, resp.Status)
+	_, err = fmt.Fprintf(p.out, "ok %s: %s\n", shown, termtext.Line(resp.Status))
 	return err
 }
 
@@ -152,7 +154,7 @@ func (p *probeCmd) mysql(ctx context.Context) error {
 		}
 		return fmt.Errorf("probe mysql %s: the query returned %s, not healthy", shown, got)
 	}
-	_, err = fmt.Fprintf(p.out, "ok mysql %s: %s\n", shown, firstLine(v.String))
+	_, err = fmt.Fprintf(p.out, "ok mysql %s: %s\n", shown, termtext.Line(firstLine(v.String)))
 	return err
 }
 

@@ -53,7 +53,9 @@ SKIP LOCKED engine (Go package reservation/migration), against the app's databas
   backfill    set MySQL's units of a shop from Redis's ledger net of its live holds, and
               carry those holds over (what a shop's move to shadow does by itself)
   reconcile   per shop and item, what each system says is available, held and sold, and
-              the drift between them; --repair makes the shadow a copy of the truth
+              the drift between them, and Redis claims stuck between their halves or
+              counted twice in its ledger; --repair settles those and makes the shadow a
+              copy of the truth
   dryrun      which shops a rollout would move, and their volumes
 
 The app's Router fences a shop while it repairs it (its calls wait a few milliseconds).
@@ -287,6 +289,14 @@ func (m *migrateCmd) writeReports(reports []migration.Report, done string) error
 	}
 	if err := tw.Flush(); err != nil {
 		return err
+	}
+	for _, rep := range reports {
+		if len(rep.Claiming) > 0 {
+			fmt.Fprintf(m.out, "shop %d DRIFT: redis claims stuck between their halves (claiming): %s\n", rep.ShopID, strings.Join(rep.Claiming, ", "))
+		}
+		if len(rep.Overcounted) > 0 {
+			fmt.Fprintf(m.out, "shop %d DRIFT: redis claims its ledger counted more than once: %s\n", rep.ShopID, strings.Join(rep.Overcounted, ", "))
+		}
 	}
 	if done != "" {
 		fmt.Fprintf(m.out, "\n%s %d shop(s)\n", done, len(reports))

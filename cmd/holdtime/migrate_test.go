@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 
@@ -10,6 +11,7 @@ import (
 	"github.com/holdtime/holdtime/reservation"
 	"github.com/holdtime/holdtime/reservation/flashsale"
 	"github.com/holdtime/holdtime/reservation/migration"
+	"github.com/holdtime/holdtime/reservation/redisstock"
 	"github.com/holdtime/holdtime/testenv"
 )
 
@@ -66,6 +68,29 @@ func TestMigrateCommands(t *testing.T) {
 	code, out, errOut = runCLI(t, "migrate", "reconcile", "--repair")
 	if code != 0 || strings.Contains(out, "DRIFT") || !strings.Contains(out, " 8      8 ") {
 		t.Fatalf("reconcile --repair: exit %d %s\n%s", code, errOut, out)
+	}
+	// A Redis claim (the truth's) that dies between its halves: reconcile
+	// names it, --repair settles it as sold in both systems.
+	if _, err := b.R.Reserve(ctx, reservation.ReserveParams{ShopID: shadowed, ReservationID: "r2",
+		Lines: []reservation.Line{{ItemID: 1, Quantity: 1, GroupIDs: []uint64{1}}}}); err != nil {
+		t.Fatal(err)
+	}
+	dying, err := redisstock.New(redisstock.Config{Redis: rdb, DB: db, BetweenClaimHalves: func(context.Context, uint64, string) error {
+		return errors.New("the process died between the halves of the claim")
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := dying.Claim(ctx, shadowed, "r2"); err == nil {
+		t.Fatal("the claim did not die")
+	}
+	code, out, errOut = runCLI(t, "migrate", "reconcile")
+	if code == 0 || !strings.Contains(out, "shop 31 DRIFT: redis claims stuck between their halves (claiming): r2") {
+		t.Fatalf("reconcile with a stuck claim: exit %d %s\n%s", code, errOut, out)
+	}
+	code, out, errOut = runCLI(t, "migrate", "reconcile", "--repair")
+	if code != 0 || strings.Contains(out, "DRIFT") || !strings.Contains(out, " 7      7 ") {
+		t.Fatalf("reconcile --repair of a stuck claim: exit %d %s\n%s", code, errOut, out)
 	}
 	// A shop on Redis alone: backfill gives MySQL its units.
 	code, out, errOut = runCLI(t, "migrate", "backfill", "--shop", "32")

@@ -207,6 +207,11 @@ type mysqlTarget struct {
 	fresh     []*stmtRow // reused
 	stmtAt    time.Time  // when the statements query was sent: the time of timerNow
 	stmtDone  time.Time  // when its answer had been read
+	// timerPrev is the server's timer at the last poll that read it, and
+	// timerPrevDone when that poll's answer had been read: how far the
+	// timer must have run since, unless the server restarted.
+	timerPrev     uint64
+	timerPrevDone time.Time
 
 	// hints are app hold spans naming a server connection (the
 	// app↔server join), under hintMu: they arrive from the OTLP receiver
@@ -465,6 +470,7 @@ func (m *mysqlTarget) forget() {
 	clear(m.hints)
 	m.hintMu.Unlock()
 	m.watermark, m.lastMax = 0, stmtKey{}
+	m.timerPrev, m.timerPrevDone = 0, time.Time{}
 	clear(m.seenStmts)
 	clear(m.running)
 	m.join.reset()

@@ -284,3 +284,31 @@ func TestDriverStatement(t *testing.T) {
 		}
 	}
 }
+
+// TestTimerRestartedTellsARestartFromTheTimersRate: a server whose timer ran
+// less than the collector's clock between two polls restarted in between,
+// even when it came back within the second that Uptime cannot resolve.
+func TestTimerRestartedTellsARestartFromTheTimersRate(t *testing.T) {
+	t0 := time.Unix(1_000_000, 0)
+	const s = uint64(time.Second / time.Nanosecond * 1000) // picoseconds
+	cases := []struct {
+		name      string
+		prev, now uint64
+		gap       time.Duration // from the last poll's answer to this poll's query
+		want      bool
+	}{
+		{"same server, timer ran as the clock", 100 * s, 101 * s, time.Second, false},
+		{"same server, timer ran a little slower", 100 * s, 101*s - s/20, time.Second, false},
+		{"same server after an hour of failed polls", 100 * s, 3700*s - s/10, time.Hour, false},
+		{"restart half a second after the last poll", 100 * s, s / 2, time.Second, true},
+		{"restart into an older-looking server", 5 * s, 5*s + s/2, time.Second, true},
+		{"restart after an hour down", 100 * s, 1800 * s, time.Hour, true},
+		{"no timer read before", 0, s, time.Second, false},
+	}
+	for _, c := range cases {
+		got := timerRestarted(c.prev, t0, c.now, t0.Add(c.gap))
+		if got != c.want {
+			t.Errorf("%s: timerRestarted = %v, want %v", c.name, got, c.want)
+		}
+	}
+}

@@ -82,6 +82,11 @@ func (m *mysqlTarget) newServerPoll(at time.Time, rows []serverRow, stmts []stmt
 	}
 	if p.timerNow != 0 && p.timerNow < m.watermark {
 		m.restarted("performance_schema timer", -1)
+	} else if p.timerNow != 0 && timerRestarted(m.timerPrev, m.timerPrevDone, p.timerNow, m.stmtAt) {
+		m.restarted("performance_schema timer rate", -1)
+	}
+	if p.timerNow != 0 {
+		m.timerPrev, m.timerPrevDone = p.timerNow, m.stmtDone
 	}
 	for i := range rows {
 		if r := &rows[i]; !(r.info.Valid && isCollectorStatement(r.info.String)) && !m.excluded[r.id] {
@@ -567,4 +572,29 @@ func (m *mysqlTarget) advanceWatermark(rd completedRead) {
 		}
 	}
 	m.primed = true
+}
+
+// timerRestarted reports whether the server's timer ran less between two
+// polls than the collector's clock did: a server that restarted in
+// between counts from its own start. The Uptime check alone missed such
+// restarts: Uptime is whole seconds, so a server that came back within a
+// second or two of the last poll can look as old as the one that died, and
+// a timer behind the last completed statement's only catches a new server
+// younger than the old one was. TestServerRestartForgetsDeadSessions
+// failed so in CI: the dead sessions' ids came back and were credited the
+// whole capped gap (2 sessions, 2.000 s).
+//
+// The server read prev before prevDone and now after sentAt, so on one
+// server now-prev >= sentAt-prevDone; the slack (100 ms and 0.1 % of the
+// gap) absorbs a server timer a little slower than this clock.
+func timerRestarted(prev uint64, prevDone time.Time, now uint64, sentAt time.Time) bool {
+	if prev == 0 || prevDone.IsZero() {
+		return false
+	}
+	if now < prev {
+		return true
+	}
+	ran := time.Duration((now - prev) / 1000)
+	gap := sentAt.Sub(prevDone)
+	return ran < gap-100*time.Millisecond-gap/1000
 }

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/holdtime/holdtime/conntag"
 )
 
 // Deadlock is the server's LATEST DETECTED DEADLOCK: the transactions of
@@ -324,12 +326,15 @@ func parseDeadlock(r *lineReader, st *Status) *Deadlock {
 }
 
 // ResolveTags sets the Tag of every deadlock transaction from its statement
-// with parse (collector.ParseTag). The server prints at most
+// with parse (nil: conntag.ParseTag). The server prints at most
 // DeadlockTextLimit bytes of each statement: one that long without a tag
 // lost its end, and its tag is unknown, not untagged.
 func (d *Deadlock) ResolveTags(parse func(string) (string, bool)) {
-	if d == nil || parse == nil {
+	if d == nil {
 		return
+	}
+	if parse == nil {
+		parse = conntag.ParseTag
 	}
 	for i := range d.Transactions {
 		t := &d.Transactions[i]

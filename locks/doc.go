@@ -7,7 +7,7 @@
 // waited for, and the victim; and how saturated the server's threads are.
 // Hints name the diagnoses that apply, with the numbers behind them.
 //
-//	r, err := locks.New(db, locks.Config{ParseTag: collector.ParseTag})
+//	r, err := locks.New(db, locks.Config{})
 //	snap, err := r.Read(ctx)            // transactions, locks, waits, deadlock, saturation, hints
 //	deadlocks := locks.NewDeadlocks(10) // one per target
 //	fresh, unnamed := deadlocks.Observe(snap)
@@ -59,9 +59,8 @@
 // for server-side prepared statements: with go-sql-driver/mysql, open the
 // pool with interpolateParams=true (as package reservation asks) or the
 // tags of idle transactions are unknown. Tags are parsed by
-// Config.ParseTag, which is collector.ParseTag (this package cannot import
-// the collector, which imports it; conntag.ParseTag, the tag grammar's one
-// parser, is to replace it once it exists).
+// conntag.ParseTag, the tag grammar's one parser, which the collector uses
+// too (Config.ParseTag can replace it).
 //
 // A statement the server cut short is never untagged: conntag puts the tag
 // at the end, so a cut statement without a tag is UnknownTag. The cuts:

@@ -10,7 +10,6 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
-	"github.com/holdtime/holdtime/collector"
 	"github.com/holdtime/holdtime/conntag"
 	"github.com/holdtime/holdtime/locks"
 	"github.com/holdtime/holdtime/testenv"
@@ -54,7 +53,7 @@ func ExampleReader_Read() {
 	}
 
 	// The monitoring side: a pool with PROCESS and SELECT on performance_schema.
-	r, err := locks.New(target.Admin(), locks.Config{ParseTag: collector.ParseTag})
+	r, err := locks.New(target.Admin(), locks.Config{ParseTag: conntag.ParseTag})
 	if err != nil {
 		log.Fatal(err)
 	}

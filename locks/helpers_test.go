@@ -14,7 +14,6 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
-	"github.com/holdtime/holdtime/collector"
 	"github.com/holdtime/holdtime/conntag"
 	"github.com/holdtime/holdtime/locks"
 	"github.com/holdtime/holdtime/testenv"
@@ -52,7 +51,7 @@ func setup(t testing.TB) *env {
 	}
 	e.tagged = conntag.OpenDB(connector, conntag.WithoutMetrics())
 	t.Cleanup(func() { e.tagged.Close() })
-	e.reader, err = locks.New(d.Target.Admin(), locks.Config{ParseTag: collector.ParseTag})
+	e.reader, err = locks.New(d.Target.Admin(), locks.Config{ParseTag: conntag.ParseTag})
 	if err != nil {
 		t.Fatal(err)
 	}

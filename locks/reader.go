@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/holdtime/holdtime/conntag"
 )
 
 // The tags of what cannot be attributed; the same words as package
@@ -39,13 +41,12 @@ const (
 	SourceDataLocks = "performance_schema.data_locks"
 )
 
-// Config configures a Reader. The zero value of every field but ParseTag is
-// its documented default.
+// Config configures a Reader. The zero value of every field is its
+// documented default.
 type Config struct {
-	// ParseTag reads a statement's tag: pass collector.ParseTag. Required
-	// (package locks cannot import the collector: the collector imports
-	// locks). When conntag.ParseTag (the tag grammar's parser) exists, it
-	// replaces this field.
+	// ParseTag reads a statement's tag. Default conntag.ParseTag, the tag
+	// grammar's one parser (what the collector reads tags with too); set it
+	// only to read another convention.
 	ParseTag func(statement string) (tag string, ok bool)
 	// MaxTransactions bounds the transactions a snapshot lists, oldest
 	// first. Default 1,000.
@@ -83,7 +84,7 @@ func New(db *sql.DB, cfg Config) (*Reader, error) {
 		return nil, errors.New("locks: New needs a *sql.DB")
 	}
 	if cfg.ParseTag == nil {
-		return nil, errors.New("locks: Config.ParseTag is required: pass collector.ParseTag")
+		cfg.ParseTag = conntag.ParseTag
 	}
 	if cfg.MaxTransactions < 0 {
 		return nil, fmt.Errorf("locks: Config.MaxTransactions %d is negative", cfg.MaxTransactions)

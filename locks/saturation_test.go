@@ -12,7 +12,7 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
-	"github.com/holdtime/holdtime/collector"
+	"github.com/holdtime/holdtime/conntag"
 	"github.com/holdtime/holdtime/locks"
 	"github.com/holdtime/holdtime/testenv"
 )
@@ -62,7 +62,7 @@ func TestThreadPoolQueue(t *testing.T) {
 		return db
 	}
 	monitor := open(extra)
-	r, err := locks.New(monitor, locks.Config{ParseTag: collector.ParseTag})
+	r, err := locks.New(monitor, locks.Config{ParseTag: conntag.ParseTag})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
-	"github.com/holdtime/holdtime/collector"
+	"github.com/holdtime/holdtime/conntag"
 	"github.com/holdtime/holdtime/locks"
 )
 
@@ -90,7 +90,7 @@ func TestParseCaptured(t *testing.T) {
 		if d == nil || d.At != "2026-12-02 16:46:20" || d.Victim != 1 || len(d.Transactions) != 2 {
 			t.Fatalf("deadlock %+v", d)
 		}
-		d.ResolveTags(collector.ParseTag)
+		d.ResolveTags(conntag.ParseTag)
 		if d.VictimTag() != "inventory_adjust" || d.OtherTags()[0] != "checkout_payment" {
 			t.Errorf("victim %s, others %v", d.VictimTag(), d.OtherTags())
 		}
@@ -223,7 +223,7 @@ func TestParseMySQL8Layout(t *testing.T) {
 	if d == nil || d.Victim != 2 || len(d.Transactions) != 2 || d.At != "2026-01-05 09:59:58" {
 		t.Fatalf("deadlock %+v", d)
 	}
-	d.ResolveTags(collector.ParseTag)
+	d.ResolveTags(conntag.ParseTag)
 	if d.VictimTag() != "inventory_release" || d.OtherTags()[0] != "checkout_completion" {
 		t.Errorf("victim %s others %v", d.VictimTag(), d.OtherTags())
 	}
@@ -323,7 +323,7 @@ func FuzzParseStatus(f *testing.F) {
 				}
 			}
 			_ = d.Key()
-			d.ResolveTags(collector.ParseTag)
+			d.ResolveTags(conntag.ParseTag)
 		}
 	})
 }

@@ -5,8 +5,8 @@ import (
 	"testing"
 )
 
-// parseLeading is a stand-in for collector.ParseTag (which this package's
-// internal tests cannot import once the collector imports locks).
+// parseLeading reads only a leading tag: tagOf's choice among statements is
+// tested apart from the grammar, which conntag's tests cover.
 func parseLeading(q string) (string, bool) {
 	rest, ok := strings.CutPrefix(strings.TrimSpace(q), "/* conn_tag:")
 	if !ok {

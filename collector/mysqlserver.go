@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+
+	"github.com/holdtime/holdtime/collector/internal/attrib"
 )
 
 // CollectorMarker starts every statement the MySQL source sends. It never
@@ -314,8 +316,8 @@ func (m *mysqlTarget) tagOfStatement(q string) (string, bool) {
 		return "", false // no text (a prepared statement's execution on MariaDB) names nothing
 	}
 	b := []byte(q)
-	if class, _, _ := classify(b); class == classBegin || class == classCommit ||
-		class == classAutocommitOff || class == classAutocommitOn {
+	if class, _, _ := attrib.Classify(b); class == attrib.ClassBegin || class == attrib.ClassCommit ||
+		class == attrib.ClassAutocommitOff || class == attrib.ClassAutocommitOn {
 		return "", false
 	}
 	t, ok := AppendTag(m.tagBuf[:0], b)
@@ -324,7 +326,7 @@ func (m *mysqlTarget) tagOfStatement(q string) (string, bool) {
 		if driverStatement(b) {
 			return "", false
 		}
-		if mayBeTruncated(b) {
+		if attrib.MayBeTruncated(b) {
 			return UnknownTag, true // its tag may have been cut off with its end
 		}
 		return UntaggedTag, true
@@ -335,15 +337,15 @@ func (m *mysqlTarget) tagOfStatement(q string) (string, bool) {
 // driverStatement reports whether an untagged statement is one a driver
 // sends by itself around the application's statements.
 func driverStatement(q []byte) bool {
-	kw, rest := firstWord(skipLeadingComments(q))
+	kw, rest := attrib.FirstWord(attrib.SkipLeadingComments(q))
 	switch {
-	case eqFold(kw, "SET"):
-		w, after := firstWord(rest)
-		if eqFold(w, "SESSION") || eqFold(w, "LOCAL") {
-			w, _ = firstWord(after)
+	case attrib.EqFold(kw, "SET"):
+		w, after := attrib.FirstWord(rest)
+		if attrib.EqFold(w, "SESSION") || attrib.EqFold(w, "LOCAL") {
+			w, _ = attrib.FirstWord(after)
 		}
-		return eqFold(w, "TRANSACTION") || eqFold(w, "NAMES") || eqFold(w, "CHARACTER")
-	case eqFold(kw, "SELECT"):
+		return attrib.EqFold(w, "TRANSACTION") || attrib.EqFold(w, "NAMES") || attrib.EqFold(w, "CHARACTER")
+	case attrib.EqFold(kw, "SELECT"):
 		return bytes.EqualFold(bytes.TrimSpace(rest), []byte("CONNECTION_ID()"))
 	}
 	return false
@@ -354,14 +356,14 @@ func driverStatement(q []byte) bool {
 // (SET sql_mode, time_zone, ... before the client's statement): it names
 // no client session's work.
 func proxySQLSync(q string) bool {
-	kw, _ := firstWord(skipLeadingComments([]byte(q)))
-	return eqFold(kw, "SET")
+	kw, _ := attrib.FirstWord(attrib.SkipLeadingComments([]byte(q)))
+	return attrib.EqFold(kw, "SET")
 }
 
 // boundary reports whether a statement starts or ends a transaction.
 func boundary(q string) (begin, end bool) {
-	class, _, _ := classify([]byte(q))
-	return class == classBegin, class == classCommit
+	class, _, _ := attrib.Classify([]byte(q))
+	return class == attrib.ClassBegin, class == attrib.ClassCommit
 }
 
 func (m *mysqlTarget) poll(ctx context.Context) error {

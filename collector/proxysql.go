@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/holdtime/holdtime/conntag"
+
+	"github.com/holdtime/holdtime/collector/internal/attrib"
 )
 
 // The admin queries. Columns are named so a future ProxySQL that adds some
@@ -42,7 +44,7 @@ type proxysqlTarget struct {
 	digests *digestState
 
 	recMu  sync.Mutex
-	recs   map[string]*tableRecorder
+	recs   map[string]*attrib.TableRecorder
 	plRec  *ProcesslistWriter
 	plFile *os.File
 }
@@ -77,7 +79,7 @@ func newProxySQLTarget(c *Collector, cfg ProxySQLConfig) (*proxysqlTarget, error
 	}
 	t := &proxysqlTarget{c: c, cfg: cfg, secret: mc.Passwd, db: db, causes: mc.Logger.(*causeLogger),
 		sessions: newProxySQLSessions(cfg.Name, c.st, pc, cfg.EventsLog != "", c.router.proxyHinted(c.cfg, cfg.Name), cfg.TagGrace, joins),
-		digests:  newDigestState(), recs: map[string]*tableRecorder{}}
+		digests:  newDigestState(), recs: map[string]*attrib.TableRecorder{}}
 	return t, nil
 }
 
@@ -106,7 +108,7 @@ func (t *proxysqlTarget) close() error {
 		errs = append(errs, t.plRec.Flush(), t.plFile.Close())
 	}
 	for _, r := range t.recs {
-		errs = append(errs, r.close())
+		errs = append(errs, r.Close())
 	}
 	errs = append(errs, t.db.Close())
 	return errors.Join(errs...)
@@ -204,13 +206,13 @@ func (t *proxysqlTarget) record(table string, at time.Time, cols []string, rows 
 	r := t.recs[table]
 	if r == nil {
 		var err error
-		r, err = newTableRecorder(t.c.recordPath(t.cfg.Name, table+".tsv"), table)
+		r, err = attrib.NewTableRecorder(t.c.recordPath(t.cfg.Name, table+".tsv"), table)
 		if err != nil {
 			return err
 		}
 		t.recs[table] = r
 	}
-	return r.write(at, cols, rows)
+	return r.Write(at, cols, rows)
 }
 
 // digestKey identifies a row of stats_mysql_query_digest.
@@ -290,19 +292,12 @@ func parseCount(v sql.NullString) (int64, error) {
 	}
 	n, err := strconv.ParseInt(v.String, 10, 64)
 	if err != nil {
-		return 0, fmt.Errorf("%q is not an integer", truncate(v.String, 32))
+		return 0, fmt.Errorf("%q is not an integer", attrib.Truncate(v.String, 32))
 	}
 	if n < 0 {
 		return 0, fmt.Errorf("%d is negative", n)
 	}
 	return n, nil
-}
-
-func truncate(s string, n int) string {
-	if len(s) > n {
-		return s[:n] + "..."
-	}
-	return s
 }
 
 // digestTextCut is where ProxySQL cuts digest_text by default
@@ -319,7 +314,7 @@ func digestTag(text string, keepComments bool, buf []byte) ([]byte, string) {
 	}
 	t, ok := AppendTag(buf[:0], []byte(text))
 	if !ok {
-		if mayBeTruncated([]byte(text)) || len(text) >= digestTextCut {
+		if attrib.MayBeTruncated([]byte(text)) || len(text) >= digestTextCut {
 			return t, UnknownTag // cut at mysql-query_digests_max_digest_length: its tag may be gone
 		}
 		return t, UntaggedTag
@@ -409,7 +404,7 @@ func parsePoolRow(v []sql.NullString) (PoolServer, error) {
 	var err error
 	var hg int64
 	if hg, err = strconv.ParseInt(v[0].String, 10, 64); err != nil {
-		return p, fmt.Errorf("hostgroup %q is not an integer", truncate(v[0].String, 32))
+		return p, fmt.Errorf("hostgroup %q is not an integer", attrib.Truncate(v[0].String, 32))
 	}
 	p.Hostgroup = hg
 	if !v[1].Valid || !v[2].Valid {
@@ -489,7 +484,7 @@ func (t *proxysqlTarget) pollPool(ctx context.Context) error {
 // not whole: checkTags counts them and drops them.
 const malformedPrefix = "\x00malformed:"
 
-func malformedDigest(text string) string { return malformedPrefix + truncate(text, 200) }
+func malformedDigest(text string) string { return malformedPrefix + attrib.Truncate(text, 200) }
 
 // checkTags removes from batch what is not a tag: rows marked malformed,
 // and tags no other source has shown (seen) within digestHold, which are

@@ -2,9 +2,10 @@ package collector
 
 import (
 	"cmp"
-	"strings"
 	"sync"
 	"time"
+
+	"github.com/holdtime/holdtime/collector/internal/attrib"
 )
 
 // Pin reasons read from stats_mysql_processlist's extended_info, the
@@ -31,7 +32,7 @@ const (
 // extended_info JSON. It scans for the few keys it needs rather than
 // decoding the whole document (several KiB per session).
 func pinReason(ext string) string {
-	if n, ok := jsonInt(ext, `"active_transactions"`); ok && n > 0 {
+	if n, ok := attrib.JSONInt(ext, `"active_transactions"`); ok && n > 0 {
 		return PinReasonTransaction
 	}
 	for _, k := range [...]struct{ key, reason string }{
@@ -41,11 +42,11 @@ func pinReason(ext string) string {
 		{`"user_variable"`, PinReasonUserVariable},
 		{`"prepared_statement"`, PinReasonPrepared},
 	} {
-		if jsonTrue(ext, k.key) {
+		if attrib.JSONTrue(ext, k.key) {
 			return k.reason
 		}
 	}
-	if autoIncrementDelay(ext) {
+	if attrib.AutoIncrementDelay(ext) {
 		return PinReasonAutoIncrement
 	}
 	for _, k := range [...]struct{ key, reason string }{
@@ -55,53 +56,11 @@ func pinReason(ext string) string {
 		{`"MultiplexDisabled"`, PinReasonMultiplexOff},
 		{`"MultiplexDisabled_ext"`, PinReasonMultiplexOff},
 	} {
-		if jsonTrue(ext, k.key) {
+		if attrib.JSONTrue(ext, k.key) {
 			return k.reason
 		}
 	}
 	return pinReasonUnexplainedIdle
-}
-
-// jsonValue returns the text after `key:` (spaces skipped) for every
-// occurrence of key, until fn returns true.
-func jsonValue(doc, key string, fn func(v string) bool) bool {
-	for {
-		i := strings.Index(doc, key)
-		if i < 0 {
-			return false
-		}
-		doc = doc[i+len(key):]
-		j := 0
-		for j < len(doc) && (doc[j] == ' ' || doc[j] == '\n' || doc[j] == '\t' || doc[j] == '\r') {
-			j++
-		}
-		if j < len(doc) && doc[j] == ':' {
-			j++
-			for j < len(doc) && (doc[j] == ' ' || doc[j] == '\n' || doc[j] == '\t' || doc[j] == '\r') {
-				j++
-			}
-			if fn(doc[j:]) {
-				return true
-			}
-		}
-	}
-}
-
-func jsonTrue(doc, key string) bool {
-	return jsonValue(doc, key, func(v string) bool { return strings.HasPrefix(v, "true") })
-}
-
-func jsonInt(doc, key string) (int64, bool) {
-	var n int64
-	found := jsonValue(doc, key, func(v string) bool {
-		i := 0
-		for i < len(v) && v[i] >= '0' && v[i] <= '9' && i < 18 {
-			n = n*10 + int64(v[i]-'0')
-			i++
-		}
-		return i > 0
-	})
-	return n, found
 }
 
 // pendingUnknown is a run of sampled hold of a session, in consecutive
@@ -120,7 +79,7 @@ type pendingUnknown struct {
 	firstSeen time.Time
 	// backend is the backend the run held, borrow its borrow counters: a
 	// run never spans two borrows.
-	backend backendKey
+	backend attrib.BackendKey
 	borrow  [2]int64
 	// lastSeen is when ProxySQL took the snapshot of last (see firstSeen).
 	lastSeen time.Time
@@ -341,8 +300,9 @@ func (p *proxysqlSessions) waitedWithin(id int64, from, to time.Time) float64 {
 	}
 	// The latest sample is credited only when the next one is taken: a
 	// statement that stopped waiting just after it can be logged first.
-	for i := range p.sampler.held {
-		if h := &p.sampler.held[i]; h.Waiting && h.SessionID == id && !h.At.Before(from) && !h.At.After(to) {
+	pending := p.sampler.Pending()
+	for i := range pending {
+		if h := &pending[i]; h.Waiting && h.SessionID == id && !h.At.Before(from) && !h.At.After(to) {
 			sec += p.sampleGap().Seconds()
 		}
 	}
@@ -502,7 +462,7 @@ func (p *proxysqlSessions) resolveHints(id int64) {
 
 // sampleGap is the time between samples, the slack of a span's times.
 func (p *proxysqlSessions) sampleGap() time.Duration {
-	return cmp.Or(p.sampler.lastGap, p.sampler.cfg.MaxSampleGap)
+	return p.sampler.SampleGap()
 }
 
 // sample processes one processlist snapshot taken at `at`.
@@ -581,7 +541,7 @@ func (p *proxysqlSessions) resolveJoined(id int64) {
 	joins := p.joins()
 	named := map[*pendingUnknown]string{}
 	for _, pu := range p.pending[id] {
-		if !pu.backend.valid() {
+		if !pu.backend.Valid() {
 			continue
 		}
 		// Asked once the run has ended (or is old), about its middle: its

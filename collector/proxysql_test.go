@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/holdtime/holdtime/collector/internal/attrib"
 )
 
 // TestReplayStates replays the small known workload of states/: a 5 s
@@ -166,7 +168,7 @@ func readTSV(t testing.TB, path string) ([]string, [][]sql.NullString) {
 	for _, l := range lines[1:] {
 		var row []sql.NullString
 		for _, f := range strings.Split(l, "\t") {
-			row = append(row, unescapeTSV(f))
+			row = append(row, attrib.UnescapeTSV(f))
 		}
 		rows = append(rows, row)
 	}
@@ -257,7 +259,7 @@ func FuzzParseDigestRow(f *testing.F) {
 	f.Add("0", "shop", "app", "", "0x1", "/* conn_tag:a */ SELECT ?", "8", "1796200049", "1796200069", "5613599")
 	f.Add("x", "", "", "", "", "", "-1", "NULL", "", "9999999999999999999999")
 	f.Fuzz(func(t *testing.T, a, b, c, d, e, g, h, i, j, k string) {
-		v := []sql.NullString{unescapeTSV(a), unescapeTSV(b), unescapeTSV(c), unescapeTSV(d), unescapeTSV(e), unescapeTSV(g), unescapeTSV(h), unescapeTSV(i), unescapeTSV(j), unescapeTSV(k)}
+		v := []sql.NullString{attrib.UnescapeTSV(a), attrib.UnescapeTSV(b), attrib.UnescapeTSV(c), attrib.UnescapeTSV(d), attrib.UnescapeTSV(e), attrib.UnescapeTSV(g), attrib.UnescapeTSV(h), attrib.UnescapeTSV(i), attrib.UnescapeTSV(j), attrib.UnescapeTSV(k)}
 		r, err := parseDigestRow(v)
 		if err == nil && (r.count < 0 || r.sumUS < 0) {
 			t.Fatalf("negative counts accepted: %+v", r)
@@ -305,7 +307,7 @@ func FuzzParsePoolRow(f *testing.F) {
 	f.Add("0", "127.0.0.1", "3307", "ONLINE", "0", "3", "3", "0", "179", "397")
 	f.Add("NULL", "NULL", "", "", "-1", "x", "", "", "", "")
 	f.Fuzz(func(t *testing.T, a, b, c, d, e, g, h, i, j, k string) {
-		v := []sql.NullString{unescapeTSV(a), unescapeTSV(b), unescapeTSV(c), unescapeTSV(d), unescapeTSV(e), unescapeTSV(g), unescapeTSV(h), unescapeTSV(i), unescapeTSV(j), unescapeTSV(k)}
+		v := []sql.NullString{attrib.UnescapeTSV(a), attrib.UnescapeTSV(b), attrib.UnescapeTSV(c), attrib.UnescapeTSV(d), attrib.UnescapeTSV(e), attrib.UnescapeTSV(g), attrib.UnescapeTSV(h), attrib.UnescapeTSV(i), attrib.UnescapeTSV(j), attrib.UnescapeTSV(k)}
 		p, err := parsePoolRow(v)
 		if err == nil && (p.ConnUsed < 0 || p.Queries < 0) {
 			t.Fatalf("negative accepted: %+v", p)
@@ -316,22 +318,22 @@ func FuzzParsePoolRow(f *testing.F) {
 
 func TestStatsRecordingRoundTrip(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "px", "stats_mysql_global.tsv")
-	r, err := newTableRecorder(path, "stats_mysql_global")
+	r, err := attrib.NewTableRecorder(path, "stats_mysql_global")
 	if err != nil {
 		t.Fatal(err)
 	}
 	at := time.Date(2026, 12, 2, 8, 0, 0, 123456000, time.UTC)
 	cols := []string{"Variable_Name", "Variable_Value"}
 	rows := [][]sql.NullString{{{String: "a\tb", Valid: true}, {}}, {{String: "NULL", Valid: true}, {String: "1", Valid: true}}}
-	if err := r.write(at, cols, rows); err != nil {
+	if err := r.Write(at, cols, rows); err != nil {
 		t.Fatal(err)
 	}
 	// A column change writes a new header.
-	if err := r.write(at.Add(time.Second), cols[:1], [][]sql.NullString{{{String: "x", Valid: true}}}); err != nil {
+	if err := r.Write(at.Add(time.Second), cols[:1], [][]sql.NullString{{{String: "x", Valid: true}}}); err != nil {
 		t.Fatal(err)
 	}
-	r.close()
-	rec, err := ReadStatsRecording(path)
+	r.Close()
+	rec, err := attrib.ReadStatsRecording(path)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,10 +2,10 @@ package collector
 
 import (
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
+
+	"github.com/holdtime/holdtime/collector/internal/attrib"
 )
 
 // The proxy↔server join. A ProxySQL session holding a backend names that
@@ -57,14 +57,14 @@ type joinConn struct {
 type serverJoin struct {
 	mu     sync.Mutex
 	conns  map[int64]*joinConn
-	byHost map[hostPort]int64
+	byHost map[attrib.HostPort]int64
 	// through is the collector time up to which completed statements have
 	// been read: a statement that started before it and has ended is known.
 	through time.Time
 }
 
 func newServerJoin() *serverJoin {
-	return &serverJoin{conns: map[int64]*joinConn{}, byHost: map[hostPort]int64{}}
+	return &serverJoin{conns: map[int64]*joinConn{}, byHost: map[attrib.HostPort]int64{}}
 }
 
 // update replaces the connection list and appends the statements completed
@@ -83,7 +83,7 @@ func (j *serverJoin) update(at, through time.Time, hosts map[int64]string, stmts
 			c.host, c.stmts = h, c.stmts[:0] // another connection with a reused id
 		}
 		c.seen = at
-		if hp := parseHostPort(h); hp != (hostPort{}) {
+		if hp := attrib.ParseHostPort(h); hp != (attrib.HostPort{}) {
 			j.byHost[hp] = id
 		}
 	}
@@ -124,49 +124,18 @@ func (j *serverJoin) reset() {
 	clear(j.byHost)
 }
 
-// backendKey names a ProxySQL session's backend connection: the server's
-// thread id (0 when extended_info is off) and the local address ProxySQL
-// connected from ("" when not shown).
-type backendKey struct {
-	thread int64
-	local  hostPort
-}
-
-// hostPort is an address as host and port: kept apart so that a row's
-// address needs no string built per sample.
-type hostPort struct {
-	host string
-	port int64
-}
-
-// parseHostPort reads the processlist's HOST column, "host:port" for a
-// TCP client; the zero value otherwise.
-func parseHostPort(s string) hostPort {
-	i := strings.LastIndexByte(s, ':')
-	if i < 0 {
-		return hostPort{}
-	}
-	port, err := strconv.ParseInt(s[i+1:], 10, 64)
-	if err != nil {
-		return hostPort{}
-	}
-	return hostPort{s[:i], port}
-}
-
-func (k backendKey) valid() bool { return k.thread != 0 || k.local != (hostPort{}) }
-
 // conn finds the server connection of a backend. With both a thread id and
 // a local address, both must agree: a thread id of another server behind
 // the same ProxySQL would otherwise match by chance.
-func (j *serverJoin) conn(k backendKey) *joinConn {
-	if k.local != (hostPort{}) {
-		id, ok := j.byHost[k.local]
-		if !ok || k.thread != 0 && id != k.thread {
+func (j *serverJoin) conn(k attrib.BackendKey) *joinConn {
+	if k.Local != (attrib.HostPort{}) {
+		id, ok := j.byHost[k.Local]
+		if !ok || k.Thread != 0 && id != k.Thread {
 			return nil
 		}
 		return j.conns[id]
 	}
-	return j.conns[k.thread]
+	return j.conns[k.Thread]
 }
 
 // joinResult is what the join says of a run of idle samples.
@@ -185,7 +154,7 @@ const (
 // a BEGIN, the first statement of that transaction. A COMMIT before first
 // means the session kept the backend after its transaction (a pin): the
 // statement before the COMMIT names it.
-func (j *serverJoin) tagOfIdle(k backendKey, first, last time.Time) (string, joinResult) {
+func (j *serverJoin) tagOfIdle(k attrib.BackendKey, first, last time.Time) (string, joinResult) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	c := j.conn(k)

@@ -1,10 +1,10 @@
 package collector
 
 import (
-	"database/sql"
-	"strconv"
 	"testing"
 	"time"
+
+	"github.com/holdtime/holdtime/collector/internal/attrib"
 )
 
 func TestServerJoinTagOfIdle(t *testing.T) {
@@ -13,7 +13,7 @@ func TestServerJoinTagOfIdle(t *testing.T) {
 	st := func(kind joinStmtKind, tag string, start int) joinStmt {
 		return joinStmt{kind: kind, tag: tag, start: ms(start), end: ms(start + 1)}
 	}
-	key := backendKey{thread: 7, local: hostPort{"127.0.0.1", 40000}}
+	key := attrib.BackendKey{Thread: 7, Local: attrib.HostPort{Host: "127.0.0.1", Port: 40000}}
 	// One backend, borrowed in turn: short (autocommit), then a hog
 	// transaction, then a pin after a statement, then a borrow whose BEGIN
 	// reaches the server just after the sample.
@@ -29,7 +29,7 @@ func TestServerJoinTagOfIdle(t *testing.T) {
 	j.update(ms(0), ms(3000), map[int64]string{7: "127.0.0.1:40000"}, map[int64][]joinStmt{7: stmts})
 	for _, c := range []struct {
 		name        string
-		key         backendKey
+		key         attrib.BackendKey
 		first, last int
 		want        string
 		res         joinResult
@@ -39,9 +39,9 @@ func TestServerJoinTagOfIdle(t *testing.T) {
 		{"BEGIN a few ms after the sample", key, 1600, 1700, "batch", joinTagged},
 		{"BEGIN without a statement yet", key, 2100, 2200, "", joinNotYet},
 		{"server not read that far", key, 3100, 3200, "", joinNotYet},
-		{"thread id of another connection", backendKey{thread: 8, local: key.local}, 300, 800, "", joinNoConn},
-		{"address only (no extended_info)", backendKey{local: key.local}, 300, 800, "hog", joinTagged},
-		{"thread id only", backendKey{thread: 7}, 300, 800, "hog", joinTagged},
+		{"thread id of another connection", attrib.BackendKey{Thread: 8, Local: key.Local}, 300, 800, "", joinNoConn},
+		{"address only (no extended_info)", attrib.BackendKey{Local: key.Local}, 300, 800, "hog", joinTagged},
+		{"thread id only", attrib.BackendKey{Thread: 7}, 300, 800, "hog", joinTagged},
 	} {
 		tag, res := j.tagOfIdle(c.key, ms(c.first), ms(c.last))
 		if tag != c.want || res != c.res {
@@ -51,58 +51,8 @@ func TestServerJoinTagOfIdle(t *testing.T) {
 	// A connection id reused by another client (another HOST) forgets
 	// the old statements.
 	j.update(ms(3000), ms(3000), map[int64]string{7: "127.0.0.1:40001"}, nil)
-	if _, res := j.tagOfIdle(backendKey{thread: 7, local: hostPort{"127.0.0.1", 40001}}, ms(300), ms(800)); res == joinTagged {
+	if _, res := j.tagOfIdle(attrib.BackendKey{Thread: 7, Local: attrib.HostPort{Host: "127.0.0.1", Port: 40001}}, ms(300), ms(800)); res == joinTagged {
 		t.Error("a reused connection id kept the old connection's statements")
-	}
-}
-
-func TestBackendOfAndCarriedBorrow(t *testing.T) {
-	ext := func(get, put, q int) sql.NullString {
-		return sql.NullString{Valid: true, String: `{"backends": [{"conn": {"myconnpoll_get": ` + itoa(get) + `, "myconnpoll_put": ` + itoa(put) +
-			`, "mysql": {"thread_id": 13}, "questions": ` + itoa(q) + `}, "stream": {"myconnpoll_get": 1, "myconnpoll_put": 0, "questions": 1}}]}`}
-	}
-	row := ProcesslistRow{SrvHost: sql.NullString{String: "db", Valid: true}, LSrvHost: sql.NullString{String: "127.0.0.1", Valid: true},
-		LSrvPort: sql.NullInt64{Int64: 5000, Valid: true}, ExtendedInfo: ext(5, 4, 60)}
-	b := backendOf(&row)
-	if b.key != (backendKey{13, hostPort{"127.0.0.1", 5000}}) || b.get != 5 || b.put != 4 || b.questions != 60 || !b.extended {
-		t.Fatalf("backendOf = %+v", b)
-	}
-	c := carriedTag{tag: "x", backend: b}
-	for _, x := range []struct {
-		name string
-		ext  sql.NullString
-		same bool
-	}{
-		{"unchanged", ext(5, 4, 60), true},
-		{"released and taken again", ext(6, 5, 60), false},
-		{"a statement ran unseen", ext(5, 4, 61), false},
-	} {
-		r := row
-		r.ExtendedInfo = x.ext
-		if got := c.sameBorrow(backendOf(&r)); got != x.same {
-			t.Errorf("%s: sameBorrow = %v", x.name, got)
-		}
-	}
-}
-
-func itoa(n int) string { return strconv.Itoa(n) }
-
-func TestWaitingForBackend(t *testing.T) {
-	str := func(s string) sql.NullString { return sql.NullString{String: s, Valid: true} }
-	for _, c := range []struct {
-		name string
-		row  ProcesslistRow
-		want bool
-	}{
-		{"waiting (2.7.1)", ProcesslistRow{Command: str("Connect"), ExtendedInfo: str(`{"conn": {"status": {"compression": false}}, "status": 1}`)}, true},
-		{"waiting, no extended_info", ProcesslistRow{Command: str("Connect")}, true},
-		{"logging in", ProcesslistRow{Command: str("Connect"), ExtendedInfo: str(`{"status": 0}`)}, false},
-		{"idle", ProcesslistRow{Command: str("Sleep")}, false},
-		{"holding", ProcesslistRow{Command: str("Connect"), SrvHost: str("db")}, false},
-	} {
-		if got := waitingForBackend(&c.row); got != c.want {
-			t.Errorf("%s: %v", c.name, got)
-		}
 	}
 }
 

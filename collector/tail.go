@@ -12,6 +12,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/holdtime/holdtime/collector/internal/attrib"
 )
 
 // maxEventLine bounds a partial line kept between reads; longer lines are
@@ -39,13 +41,10 @@ type tailer struct {
 	partial []byte
 	skip    bool // dropping the rest of an over-long line
 	buf     []byte
-	ev      Event
-	scratch []byte
 	bad     int
-	// clock is the log's own clock (see eventClock), started at the
+	// check parses lines and keeps the log's own clock, started at the
 	// collector's: a followed log is being written now.
-	clock   *eventClock
-	dec     clockDecision
+	check   *attrib.LineChecker
 	lastBad time.Time // when a malformed line was last logged
 	// removed is the file that disappeared while followed, until the path
 	// has a file again: the source is down, saying so.
@@ -294,20 +293,10 @@ func (t *tailer) feed(b []byte) {
 			line = t.partial
 		}
 		if len(bytes.TrimSpace(line)) > 0 {
-			if err := parseEvent(line, &t.ev, &t.scratch); err != nil {
-				t.malformed(err.Error())
-			} else {
-				if t.clock == nil {
-					t.clock = newEventClock(time.Now().UnixMicro())
-				}
-				t.clock.admit(&t.ev, LineRef{File: filepath.Base(t.name)}, &t.dec)
-				for _, ref := range t.dec.reject[:t.dec.nrej] {
-					t.malformed(ref.Reason)
-				}
-				for _, e := range t.dec.emit[:t.dec.nemit] {
-					t.sessions.attr.Add(e)
-				}
+			if t.check == nil {
+				t.check = attrib.NewLineChecker(time.Now().UnixMicro())
 			}
+			t.check.Check(line, filepath.Base(t.name), t.sessions.attr.Add, t.malformed)
 		}
 		t.partial = t.partial[:0]
 	}

@@ -1,4 +1,4 @@
-package collector
+package attrib
 
 import (
 	"fmt"
@@ -182,4 +182,38 @@ func (c *eventClock) hold(ev *Event, ref LineRef) {
 	h.ev = *ev
 	h.ev.Query, h.ev.Client, h.ev.Username = own(ev.Query), own(ev.Client), own(ev.Username)
 	h.ev.Schema, h.ev.Server, h.ev.Digest = own(ev.Schema), own(ev.Server), own(ev.Digest)
+}
+
+// LineChecker parses and checks events log lines one at a time, as
+// EventsReader does, for a reader that gets the bytes itself (the
+// collector's tail of a live log): the line's own checks, then the log's
+// clock, started at startUS.
+type LineChecker struct {
+	ev      Event
+	scratch []byte
+	clock   *eventClock
+	dec     clockDecision
+}
+
+// NewLineChecker returns a LineChecker whose clock starts at startUS.
+func NewLineChecker(startUS int64) *LineChecker {
+	return &LineChecker{clock: newEventClock(startUS)}
+}
+
+// Check parses one line of file: emit gets each event the clock accepts,
+// in order (a line can release events held before it), rejected each
+// reason a line was refused for. The events passed to emit are reused
+// after Check returns.
+func (c *LineChecker) Check(line []byte, file string, emit func(*Event), rejected func(reason string)) {
+	if err := parseEvent(line, &c.ev, &c.scratch); err != nil {
+		rejected(err.Error())
+		return
+	}
+	c.clock.admit(&c.ev, LineRef{File: file}, &c.dec)
+	for _, ref := range c.dec.reject[:c.dec.nrej] {
+		rejected(ref.Reason)
+	}
+	for _, e := range c.dec.emit[:c.dec.nemit] {
+		emit(e)
+	}
 }

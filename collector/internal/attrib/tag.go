@@ -1,4 +1,4 @@
-package collector
+package attrib
 
 import "github.com/holdtime/holdtime/conntag"
 
@@ -42,4 +42,12 @@ func unhex(c byte) (byte, bool) {
 		return c - 'A' + 10, true
 	}
 	return 0, false
+}
+
+// Truncate cuts s to n bytes, marking the cut with "...".
+func Truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "..."
+	}
+	return s
 }

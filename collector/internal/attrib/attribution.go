@@ -1,4 +1,4 @@
-package collector
+package attrib
 
 // Tags that name something other than a business process.
 const (
@@ -8,6 +8,9 @@ const (
 	// UnknownTag is the tag of hold time whose statements were not seen, so
 	// its tag cannot be known; Hold.UnknownReason says why.
 	UnknownTag = "unknown"
+	// OverflowTag collects hold time of tags beyond a cap on distinct tags
+	// (AnalyzeConfig.MaxTags, Config.MaxTags).
+	OverflowTag = "overflow"
 )
 
 // Reasons a hold's tag is unknown.
@@ -99,10 +102,10 @@ type AttributorConfig struct {
 	MaxTags int
 }
 
-// defaultMaxInternedTags is the default cap on the distinct tags the
+// DefaultMaxInternedTags is the default cap on the distinct tags the
 // Attributor and the SampleAttributor keep: ten times the store's default
 // cap, so it only binds under a flood.
-const defaultMaxInternedTags = 10_000
+const DefaultMaxInternedTags = 10_000
 
 // Attributor turns events, in log order, into holds. It keeps state per open
 // session only: memory grows with sessions and tags, never with input length.
@@ -141,7 +144,7 @@ func NewAttributor(cfg AttributorConfig, emit func(*Hold)) *Attributor {
 		cfg.SessionTimeoutUS = 10 * 60 * 1e6
 	}
 	if cfg.MaxTags == 0 {
-		cfg.MaxTags = defaultMaxInternedTags
+		cfg.MaxTags = DefaultMaxInternedTags
 	}
 	return &Attributor{
 		cfg:      cfg,
@@ -213,7 +216,7 @@ func (a *Attributor) Add(e *Event) {
 
 	class, pins, lockTables := classOther, Pin(0), false
 	if e.Type == EventQuery {
-		class, pins, lockTables = classify(e.Query)
+		class, pins, lockTables = Classify(e.Query)
 	}
 	tag, tagged := AppendTag(a.tagBuf[:0], e.Query)
 	a.tagBuf = tag[:0]
@@ -230,9 +233,9 @@ func (a *Attributor) Add(e *Event) {
 // boundary handles the statements that begin or end a transaction or
 // change autocommit, and reports whether the event was one of them. UNLOCK
 // TABLES drops the table lock's pin and goes on as a statement.
-func (a *Attributor) boundary(e *Event, s *session, class stmtClass, tag []byte, tagged bool) bool {
+func (a *Attributor) boundary(e *Event, s *session, class StmtClass, tag []byte, tagged bool) bool {
 	switch class {
-	case classBegin:
+	case ClassBegin:
 		if s.inTxn {
 			// MySQL commits the open transaction when a new one begins.
 			a.closeHold(e.ThreadID, s)
@@ -243,7 +246,7 @@ func (a *Attributor) boundary(e *Event, s *session, class stmtClass, tag []byte,
 		s.cur.Pins |= PinTransaction
 		a.noteTag(s, tag, tagged, false)
 		return true
-	case classCommit:
+	case ClassCommit:
 		if !s.curOpen && !s.inTxn {
 			// A COMMIT whose transaction began before the input did.
 			a.extend(e.ThreadID, s, e)
@@ -257,13 +260,13 @@ func (a *Attributor) boundary(e *Event, s *session, class stmtClass, tag []byte,
 		s.inTxn = false
 		a.closeHold(e.ThreadID, s)
 		return true
-	case classAutocommitOff:
+	case ClassAutocommitOff:
 		s.autocommitOff = true
 		if s.curOpen {
 			a.extend(e.ThreadID, s, e)
 		}
 		return true
-	case classAutocommitOn:
+	case ClassAutocommitOn:
 		s.autocommitOff = false
 		if s.curOpen {
 			// Turning autocommit on commits the open transaction.

@@ -1,4 +1,4 @@
-package collector
+package attrib
 
 import (
 	"bufio"
@@ -17,19 +17,19 @@ const StatsFormatVersion = 1
 
 const statsMagic = "# holdtime stats v"
 
-// tableRecorder appends polls of one admin table to a file: a version line
+// TableRecorder appends polls of one admin table to a file: a version line
 // naming the table, a header (sample_ts then the table's columns), and one
 // line per row per poll, escaped like the processlist recording. When the
 // table's columns change (a ProxySQL upgrade under a running collector), a
 // new header line is written.
-type tableRecorder struct {
+type TableRecorder struct {
 	f    *os.File
 	w    *bufio.Writer
 	cols []string
 	buf  []byte
 }
 
-func newTableRecorder(path, table string) (*tableRecorder, error) {
+func NewTableRecorder(path, table string) (*TableRecorder, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return nil, fmt.Errorf("record %s: %w: check the --record directory", table, err)
 	}
@@ -37,12 +37,12 @@ func newTableRecorder(path, table string) (*tableRecorder, error) {
 	if err != nil {
 		return nil, fmt.Errorf("record %s: %w: check the --record directory", table, err)
 	}
-	r := &tableRecorder{f: f, w: bufio.NewWriter(f)}
+	r := &TableRecorder{f: f, w: bufio.NewWriter(f)}
 	fmt.Fprintf(r.w, "%s%d %s\n", statsMagic, StatsFormatVersion, table)
 	return r, nil
 }
 
-func (r *tableRecorder) write(at time.Time, cols []string, rows [][]sql.NullString) error {
+func (r *TableRecorder) Write(at time.Time, cols []string, rows [][]sql.NullString) error {
 	if !slices.Equal(cols, r.cols) {
 		r.cols = slices.Clone(cols)
 		r.w.WriteString("sample_ts\t" + strings.Join(cols, "\t") + "\n")
@@ -64,7 +64,7 @@ func (r *tableRecorder) write(at time.Time, cols []string, rows [][]sql.NullStri
 	return nil
 }
 
-func (r *tableRecorder) close() error {
+func (r *TableRecorder) Close() error {
 	if err := r.w.Flush(); err != nil {
 		r.f.Close()
 		return err
@@ -104,7 +104,7 @@ func ReadStatsRecording(path string) (*StatsRecording, error) {
 			rest, ok := strings.CutPrefix(text, statsMagic)
 			v, table, _ := strings.Cut(rest, " ")
 			if !ok || v != fmt.Sprint(StatsFormatVersion) {
-				return nil, fmt.Errorf("%s: not a version %d stats recording (first line %q): use the holdtime that recorded it", path, StatsFormatVersion, truncate(text, 40))
+				return nil, fmt.Errorf("%s: not a version %d stats recording (first line %q): use the holdtime that recorded it", path, StatsFormatVersion, Truncate(text, 40))
 			}
 			rec.Table = table
 			continue
@@ -123,7 +123,7 @@ func ReadStatsRecording(path string) (*StatsRecording, error) {
 		}
 		row := StatsRecordingRow{SampleTime: ts}
 		for _, f := range fields[1:] {
-			row.Values = append(row.Values, unescapeTSV(f))
+			row.Values = append(row.Values, UnescapeTSV(f))
 		}
 		rec.Rows = append(rec.Rows, row)
 	}

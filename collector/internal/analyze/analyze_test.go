@@ -1,4 +1,4 @@
-package collector
+package analyze
 
 import (
 	"bytes"
@@ -13,6 +13,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/holdtime/holdtime/collector/internal/attrib"
 )
 
 type expectedTag struct {
@@ -40,7 +42,7 @@ func loadExpected(t *testing.T) map[string]expectedTag {
 // expectedTagName maps expected.json's name for untagged sessions to ours.
 func expectedTagName(name string) string {
 	if name == "(untagged)" {
-		return UntaggedTag
+		return attrib.UntaggedTag
 	}
 	return name
 }
@@ -71,7 +73,7 @@ func TestAnalyzeWorkloadAccuracy(t *testing.T) {
 			t.Errorf("%s: %d transactions, %d statements; want %d, %d", name, got.Transactions, got.Statements, want.Transactions, want.Statements)
 		}
 	}
-	if u := rep.Tag(UnknownTag); u != nil {
+	if u := rep.Tag(attrib.UnknownTag); u != nil {
 		t.Errorf("unknown hold %.6f s on a log that shows every transaction whole: %+v", u.HoldSeconds, u.UnknownReasons)
 	}
 }
@@ -146,7 +148,7 @@ func TestPercentilesNeverExceedMax(t *testing.T) {
 	for _, us := range []int64{5_001_600, 1_000_100, 65, 129, 7_777_777} {
 		agg := NewAggregator(AnalyzeConfig{})
 		for i := range 3 {
-			agg.AddHold(&Hold{Tag: "t", StartUS: int64(i) * 10_000_000, EndUS: int64(i)*10_000_000 + us})
+			agg.AddHold(&attrib.Hold{Tag: "t", StartUS: int64(i) * 10_000_000, EndUS: int64(i)*10_000_000 + us})
 		}
 		tr := agg.Report(nil, nil).Tag("t")
 		if tr.P50Seconds > tr.MaxSeconds || tr.P99Seconds > tr.MaxSeconds || tr.MaxSeconds != seconds(us) {
@@ -213,5 +215,34 @@ func TestAnalyzeSaysWhenThereIsNothing(t *testing.T) {
 		Filter: Filter{Tags: []string{"nosuchtag"}}})
 	if !errors.Is(err, ErrNothingToReport) || !strings.Contains(err.Error(), "nosuchtag") || !strings.Contains(err.Error(), "checkout_completion") {
 		t.Errorf("--tag nosuchtag: %v; want the tags seen listed", err)
+	}
+}
+
+// TestAnalyzeWorkloadWithSamples shows what each input contributes: the
+// samples alone cannot tag the hog's idle-in-transaction time, the events
+// log can.
+func TestAnalyzeWorkloadWithSamples(t *testing.T) {
+	samples := []string{"testdata/workload_processlist_samples.tsv"}
+	alone, err := Analyze(context.Background(), AnalyzeConfig{ProcesslistFiles: samples})
+	if err != nil {
+		t.Fatal(err)
+	}
+	both, err := Analyze(context.Background(), AnalyzeConfig{ProcesslistFiles: samples,
+		EventsLogs: []string{"testdata/workload_events_slice.json.gz"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pa, pb := alone.Processlist, both.Processlist
+	t.Logf("samples alone: %.3f s held; tag from info %.3f, carried %.3f, unknown %.3f", pa.HeldSeconds, pa.FromInfo, pa.Carried, pa.Unknown)
+	t.Logf("with events:   %.3f s held; tag from info %.3f, events log %.3f, carried %.3f, unknown %.3f", pb.HeldSeconds, pb.FromInfo, pb.FromEventsLog, pb.Carried, pb.Unknown)
+	for _, tr := range alone.Tags {
+		t.Logf("samples alone %-20s %.3f s", tr.Tag, tr.HoldSeconds)
+	}
+	if pb.FromEventsLog <= 0 || pb.Unknown >= pa.Unknown+pa.Carried {
+		t.Errorf("the events log did not tag any idle-in-transaction sample time: %+v", pb)
+	}
+	hog := both.Tag("checkout_tax_quote")
+	if hog == nil || hog.Sampled == nil || hog.Sampled.Seconds < 25 {
+		t.Errorf("checkout_tax_quote sampled hold with the events log: %+v; want ~30 s", hog)
 	}
 }

@@ -1,4 +1,4 @@
-package collector
+package analyze
 
 import "math/bits"
 

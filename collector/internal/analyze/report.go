@@ -1,4 +1,4 @@
-package collector
+package analyze
 
 import (
 	"encoding/json"
@@ -8,6 +8,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/holdtime/holdtime/collector/internal/attrib"
 )
 
 // ReportVersion is the version of the JSON report layout. It changes when a
@@ -17,15 +19,15 @@ const ReportVersion = 1
 // Report is what `holdtime analyze` prints: per tag, who held backend
 // connections and for how long.
 type Report struct {
-	FormatVersion    int               `json:"format_version"`
-	From             time.Time         `json:"from"`
-	To               time.Time         `json:"to"`
-	TotalHoldSeconds float64           `json:"total_hold_seconds"`
-	Tags             []TagReport       `json:"tags"`
-	Longest          []HoldReport      `json:"longest_holds"`
-	EventsLog        *ReadStats        `json:"events_log,omitempty"`
-	Processlist      *ProcesslistStats `json:"processlist,omitempty"`
-	Notes            []string          `json:"notes,omitempty"`
+	FormatVersion    int                      `json:"format_version"`
+	From             time.Time                `json:"from"`
+	To               time.Time                `json:"to"`
+	TotalHoldSeconds float64                  `json:"total_hold_seconds"`
+	Tags             []TagReport              `json:"tags"`
+	Longest          []HoldReport             `json:"longest_holds"`
+	EventsLog        *attrib.ReadStats        `json:"events_log,omitempty"`
+	Processlist      *attrib.ProcesslistStats `json:"processlist,omitempty"`
+	Notes            []string                 `json:"notes,omitempty"`
 	// Partial is set when reading was interrupted (Ctrl-C on an endless
 	// input): the figures cover what was read until then.
 	Partial bool `json:"partial,omitempty"`

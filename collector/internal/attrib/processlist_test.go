@@ -1,7 +1,6 @@
-package collector
+package attrib
 
 import (
-	"context"
 	"database/sql"
 	"math"
 	"os"
@@ -79,35 +78,6 @@ func TestProcesslistRejectsNewerVersion(t *testing.T) {
 	os.WriteFile(path, []byte("# holdtime processlist v9\nsample_ts\tSessionID\n"), 0o644)
 	if _, err := OpenProcesslist([]string{path}); err == nil {
 		t.Error("a version 9 recording was accepted")
-	}
-}
-
-// TestAnalyzeWorkloadWithSamples shows what each input contributes: the
-// samples alone cannot tag the hog's idle-in-transaction time, the events
-// log can.
-func TestAnalyzeWorkloadWithSamples(t *testing.T) {
-	samples := []string{"testdata/workload_processlist_samples.tsv"}
-	alone, err := Analyze(context.Background(), AnalyzeConfig{ProcesslistFiles: samples})
-	if err != nil {
-		t.Fatal(err)
-	}
-	both, err := Analyze(context.Background(), AnalyzeConfig{ProcesslistFiles: samples,
-		EventsLogs: []string{"testdata/workload_events_slice.json.gz"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pa, pb := alone.Processlist, both.Processlist
-	t.Logf("samples alone: %.3f s held; tag from info %.3f, carried %.3f, unknown %.3f", pa.HeldSeconds, pa.FromInfo, pa.Carried, pa.Unknown)
-	t.Logf("with events:   %.3f s held; tag from info %.3f, events log %.3f, carried %.3f, unknown %.3f", pb.HeldSeconds, pb.FromInfo, pb.FromEventsLog, pb.Carried, pb.Unknown)
-	for _, tr := range alone.Tags {
-		t.Logf("samples alone %-20s %.3f s", tr.Tag, tr.HoldSeconds)
-	}
-	if pb.FromEventsLog <= 0 || pb.Unknown >= pa.Unknown+pa.Carried {
-		t.Errorf("the events log did not tag any idle-in-transaction sample time: %+v", pb)
-	}
-	hog := both.Tag("checkout_tax_quote")
-	if hog == nil || hog.Sampled == nil || hog.Sampled.Seconds < 25 {
-		t.Errorf("checkout_tax_quote sampled hold with the events log: %+v; want ~30 s", hog)
 	}
 }
 

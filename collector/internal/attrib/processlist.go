@@ -1,7 +1,8 @@
-package collector
+package attrib
 
 import (
 	"bufio"
+	"cmp"
 	"database/sql"
 	"fmt"
 	"io"
@@ -142,8 +143,8 @@ func appendTSVString(buf []byte, v sql.NullString) []byte {
 	return buf
 }
 
-// unescapeTSV reverses appendTSVString for one field.
-func unescapeTSV(f string) sql.NullString {
+// UnescapeTSV reverses appendTSVString for one field.
+func UnescapeTSV(f string) sql.NullString {
 	if f == "NULL" {
 		return sql.NullString{}
 	}
@@ -330,33 +331,33 @@ func (r *ProcesslistReader) parse(line string) error {
 		case 1:
 			row.SessionID, err = strconv.ParseInt(f, 10, 64)
 		case 2:
-			row.User = unescapeTSV(f)
+			row.User = UnescapeTSV(f)
 		case 3:
-			row.DB = unescapeTSV(f)
+			row.DB = UnescapeTSV(f)
 		case 4:
-			row.CliHost = unescapeTSV(f)
+			row.CliHost = UnescapeTSV(f)
 		case 5:
 			row.CliPort, err = nullInt(f)
 		case 6:
 			row.Hostgroup, err = nullInt(f)
 		case 7:
-			row.LSrvHost = unescapeTSV(f)
+			row.LSrvHost = UnescapeTSV(f)
 		case 8:
 			row.LSrvPort, err = nullInt(f)
 		case 9:
-			row.SrvHost = unescapeTSV(f)
+			row.SrvHost = UnescapeTSV(f)
 		case 10:
 			row.SrvPort, err = nullInt(f)
 		case 11:
-			row.Command = unescapeTSV(f)
+			row.Command = UnescapeTSV(f)
 		case 12:
 			row.TimeMS, err = strconv.ParseInt(f, 10, 64)
 		case 13:
-			row.Info = unescapeTSV(f)
+			row.Info = UnescapeTSV(f)
 		case 14:
 			row.StatusFlags, err = nullInt(f)
 		case 15:
-			row.ExtendedInfo = unescapeTSV(f)
+			row.ExtendedInfo = UnescapeTSV(f)
 		}
 		if err != nil {
 			return fmt.Errorf("column %d: %w", i+2, err)
@@ -422,7 +423,7 @@ type SampledHold struct {
 	// Backend names the backend held, for the proxy↔server join; Borrow
 	// is its myconnpoll_get/put counters (zero without extended_info):
 	// when they change, the backend was returned and taken again.
-	Backend backendKey
+	Backend BackendKey
 	Borrow  [2]int64
 	// Carried is set with TagFrom TagFromCarried: the tag is the last one
 	// a sample showed for the same borrow, inference that exact evidence
@@ -445,7 +446,7 @@ type carriedTag struct {
 // myconnpoll_put) and statements (questions); without it only the local
 // address ProxySQL connected from is known.
 type backendState struct {
-	key       backendKey
+	key       BackendKey
 	get, put  int64
 	questions int64
 	extended  bool
@@ -458,7 +459,7 @@ func backendOf(row *ProcesslistRow) backendState {
 		return b
 	}
 	if row.LSrvHost.Valid && row.LSrvPort.Valid {
-		b.key.local = hostPort{row.LSrvHost.String, row.LSrvPort.Int64}
+		b.key.Local = HostPort{row.LSrvHost.String, row.LSrvPort.Int64}
 	}
 	if row.ExtendedInfo.Valid {
 		ext := row.ExtendedInfo.String
@@ -466,10 +467,10 @@ func backendOf(row *ProcesslistRow) backendState {
 		// under "mysql", the connection's own borrow and statement
 		// counters) comes before its "stream".
 		var ok1, ok2, ok3 bool
-		b.key.thread, _ = jsonInt(ext, `"thread_id"`)
-		b.get, ok1 = jsonInt(ext, `"myconnpoll_get"`)
-		b.put, ok2 = jsonInt(ext, `"myconnpoll_put"`)
-		b.questions, ok3 = jsonInt(ext, `"questions"`)
+		b.key.Thread, _ = JSONInt(ext, `"thread_id"`)
+		b.get, ok1 = JSONInt(ext, `"myconnpoll_get"`)
+		b.put, ok2 = JSONInt(ext, `"myconnpoll_put"`)
+		b.questions, ok3 = JSONInt(ext, `"questions"`)
 		b.extended = ok1 && ok2 && ok3
 	}
 	return b
@@ -544,6 +545,17 @@ func NewSampleAttributor(cfg ProcesslistConfig, tagOf func(uint64) (string, bool
 		tags: make(map[string]string)}
 }
 
+// Pending returns the rows of the latest sample, credited only when the
+// next sample gives them their time. The caller must not keep or change
+// them past its next call on s.
+func (s *SampleAttributor) Pending() []SampledHold { return s.held }
+
+// SampleGap is the latest time between two samples (MaxSampleGap before
+// the second sample): the slack of anything matched to the samples' times.
+func (s *SampleAttributor) SampleGap() time.Duration {
+	return cmp.Or(s.lastGap, s.cfg.MaxSampleGap)
+}
+
 // Stats returns what the samples contributed so far.
 func (s *SampleAttributor) Stats() ProcesslistStats { return s.stats }
 
@@ -582,15 +594,15 @@ func (s *SampleAttributor) Add(row *ProcesslistRow) {
 	begins := false
 	if row.Info.Valid {
 		q := []byte(row.Info.String)
-		class, _, _ := classify(q)
-		begins = class == classBegin
-		if class != classBegin && class != classCommit {
+		class, _, _ := Classify(q)
+		begins = class == ClassBegin
+		if class != ClassBegin && class != ClassCommit {
 			t, ok := AppendTag(s.tagBuf[:0], q)
 			s.tagBuf = t[:0]
 			switch {
 			case ok:
 				tag, from = s.intern(t), TagFromInfo
-			case mayBeTruncated(q):
+			case MayBeTruncated(q):
 				// Cut short, its tag may have been cut off: unknown, and
 				// whatever was carried is stale (a statement ran).
 				delete(s.carried, row.SessionID)
@@ -644,7 +656,7 @@ func (s *SampleAttributor) Add(row *ProcesslistRow) {
 		h.Tag, h.UnknownReason = UnknownTag, ReasonIdleUnseen
 	}
 	if row.ExtendedInfo.Valid {
-		h.AutoIncrementDelay = autoIncrementDelay(row.ExtendedInfo.String)
+		h.AutoIncrementDelay = AutoIncrementDelay(row.ExtendedInfo.String)
 	}
 	s.held = append(s.held, h)
 }
@@ -664,18 +676,18 @@ func waitingForBackend(row *ProcesslistRow) bool {
 	if row.ExtendedInfo.Valid {
 		// The session's own "status" (keys are sorted: it follows the
 		// nested "status" objects, which are not numbers).
-		st, ok := jsonInt(row.ExtendedInfo.String, `"status"`)
+		st, ok := JSONInt(row.ExtendedInfo.String, `"status"`)
 		return !ok || st == 1
 	}
 	return true
 }
 
-// autoIncrementDelay reports a positive auto_increment_delay_token in the
+// AutoIncrementDelay reports a positive auto_increment_delay_token in the
 // extended JSON: ProxySQL keeps the backend for the next statements after
 // an insert id. ProxySQL pretty-prints the JSON ("key": value), so spaces
 // after the colon are skipped.
-func autoIncrementDelay(ext string) bool {
-	return jsonValue(ext, `"auto_increment_delay_token"`, func(v string) bool {
+func AutoIncrementDelay(ext string) bool {
+	return JSONValue(ext, `"auto_increment_delay_token"`, func(v string) bool {
 		return len(v) > 0 && v[0] >= '1' && v[0] <= '9'
 	})
 }
@@ -684,7 +696,7 @@ func (s *SampleAttributor) intern(b []byte) string {
 	if t, ok := s.tags[string(b)]; ok {
 		return t
 	}
-	if len(s.tags) >= defaultMaxInternedTags {
+	if len(s.tags) >= DefaultMaxInternedTags {
 		return string(b) // keep memory bounded under a flood of bogus tags
 	}
 	t := string(b)

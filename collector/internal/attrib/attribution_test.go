@@ -1,4 +1,4 @@
-package collector
+package attrib
 
 import (
 	"slices"
@@ -116,18 +116,18 @@ func TestAttributor(t *testing.T) {
 func TestClassify(t *testing.T) {
 	for _, tt := range []struct {
 		q     string
-		class stmtClass
+		class StmtClass
 		pins  Pin
 	}{
-		{"BEGIN", classBegin, 0},
-		{"begin work", classBegin, 0},
-		{"/* conn_tag:x */ START TRANSACTION", classBegin, 0},
-		{"COMMIT", classCommit, 0},
-		{"ROLLBACK", classCommit, 0},
+		{"BEGIN", ClassBegin, 0},
+		{"begin work", ClassBegin, 0},
+		{"/* conn_tag:x */ START TRANSACTION", ClassBegin, 0},
+		{"COMMIT", ClassCommit, 0},
+		{"ROLLBACK", ClassCommit, 0},
 		{"ROLLBACK WORK TO s", classOther, 0},
-		{"SET autocommit=0", classAutocommitOff, 0},
-		{"set AUTOCOMMIT = OFF", classAutocommitOff, 0},
-		{"SET autocommit=1", classAutocommitOn, 0},
+		{"SET autocommit=0", ClassAutocommitOff, 0},
+		{"set AUTOCOMMIT = OFF", ClassAutocommitOff, 0},
+		{"SET autocommit=1", ClassAutocommitOn, 0},
 		{"SET NAMES utf8mb4", classOther, 0},
 		{"SET FOREIGN_KEY_CHECKS=0", classOther, PinSessionState},
 		{"SELECT GET_LOCK('a', 1)", classOther, PinLock},
@@ -138,9 +138,9 @@ func TestClassify(t *testing.T) {
 		{"SELECT SQL_CALC_FOUND_ROWS * FROM t", classOther, PinSessionState},
 		{"/* conn_tag:x */ SELECT 1", classOther, 0},
 	} {
-		class, pins, _ := classify([]byte(tt.q))
+		class, pins, _ := Classify([]byte(tt.q))
 		if class != tt.class || pins != tt.pins {
-			t.Errorf("classify(%q) = %v, %v; want %v, %v", tt.q, class, pins, tt.class, tt.pins)
+			t.Errorf("Classify(%q) = %v, %v; want %v, %v", tt.q, class, pins, tt.class, tt.pins)
 		}
 	}
 }

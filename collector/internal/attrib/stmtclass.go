@@ -1,16 +1,16 @@
-package collector
+package attrib
 
 import "bytes"
 
-// stmtClass is what a statement does to a session's transaction state.
-type stmtClass uint8
+// StmtClass is what a statement does to a session's transaction state.
+type StmtClass uint8
 
 const (
-	classOther stmtClass = iota
-	classBegin
-	classCommit // COMMIT or ROLLBACK (not ROLLBACK TO SAVEPOINT)
-	classAutocommitOff
-	classAutocommitOn
+	classOther StmtClass = iota
+	ClassBegin
+	ClassCommit // COMMIT or ROLLBACK (not ROLLBACK TO SAVEPOINT)
+	ClassAutocommitOff
+	ClassAutocommitOn
 	classUnlockTables
 )
 
@@ -48,6 +48,19 @@ var pinNames = [...]struct {
 	{PinSessionState, "session_state"},
 }
 
+// AllPins lists every pin, in the order Names uses.
+var AllPins = [...]Pin{PinTransaction, PinAutocommitOff, PinUserVariable, PinLock, PinTempTable, PinSessionState}
+
+// Name is the name of a single pin; "" for none or several.
+func (p Pin) Name() string {
+	for _, pn := range pinNames {
+		if p == pn.pin {
+			return pn.name
+		}
+	}
+	return ""
+}
+
 // Names lists the names of the pins in p, in a fixed order.
 func (p Pin) Names() []string {
 	var names []string
@@ -59,47 +72,47 @@ func (p Pin) Names() []string {
 	return names
 }
 
-// classify returns what q does to the transaction state and the sticky pins
+// Classify returns what q does to the transaction state and the sticky pins
 // it sets. lockTables reports LOCK TABLES / FLUSH TABLES WITH READ LOCK,
 // which UNLOCK TABLES releases (unlike GET_LOCK).
-func classify(q []byte) (class stmtClass, pins Pin, lockTables bool) {
-	body := skipLeadingComments(q)
-	kw, rest := firstWord(body)
+func Classify(q []byte) (class StmtClass, pins Pin, lockTables bool) {
+	body := SkipLeadingComments(q)
+	kw, rest := FirstWord(body)
 	switch {
-	case eqFold(kw, "BEGIN"):
-		class = classBegin
-	case eqFold(kw, "START"):
-		if w, _ := firstWord(rest); eqFold(w, "TRANSACTION") {
-			class = classBegin
+	case EqFold(kw, "BEGIN"):
+		class = ClassBegin
+	case EqFold(kw, "START"):
+		if w, _ := FirstWord(rest); EqFold(w, "TRANSACTION") {
+			class = ClassBegin
 		}
-	case eqFold(kw, "COMMIT"):
-		class = classCommit
-	case eqFold(kw, "ROLLBACK"):
+	case EqFold(kw, "COMMIT"):
+		class = ClassCommit
+	case EqFold(kw, "ROLLBACK"):
 		// ROLLBACK [WORK] TO [SAVEPOINT] x keeps the transaction open.
-		w, after := firstWord(rest)
-		if eqFold(w, "WORK") {
-			w, _ = firstWord(after)
+		w, after := FirstWord(rest)
+		if EqFold(w, "WORK") {
+			w, _ = FirstWord(after)
 		}
-		if !eqFold(w, "TO") {
-			class = classCommit
+		if !EqFold(w, "TO") {
+			class = ClassCommit
 		}
-	case eqFold(kw, "SET"):
+	case EqFold(kw, "SET"):
 		class, pins = classifySet(rest)
-	case eqFold(kw, "LOCK"):
+	case EqFold(kw, "LOCK"):
 		pins |= PinLock
 		lockTables = true
-	case eqFold(kw, "UNLOCK"):
+	case EqFold(kw, "UNLOCK"):
 		class = classUnlockTables
-	case eqFold(kw, "FLUSH"):
+	case EqFold(kw, "FLUSH"):
 		if indexFold(rest, "READ LOCK") >= 0 {
 			pins |= PinLock
 			lockTables = true
 		}
-	case eqFold(kw, "CREATE"):
-		if w, _ := firstWord(rest); eqFold(w, "TEMPORARY") {
+	case EqFold(kw, "CREATE"):
+		if w, _ := FirstWord(rest); EqFold(w, "TEMPORARY") {
 			pins |= PinTempTable
 		}
-	case eqFold(kw, "PREPARE"):
+	case EqFold(kw, "PREPARE"):
 		pins |= PinSessionState
 	}
 	if hasUserVariable(body) {
@@ -123,19 +136,19 @@ var untrackedSessionVars = []string{
 	"unique_checks", "auto_increment_increment", "auto_increment_offset", "group_concat_max_len",
 }
 
-func classifySet(rest []byte) (stmtClass, Pin) {
+func classifySet(rest []byte) (StmtClass, Pin) {
 	var pins Pin
 	class := classOther
 	if i := indexFold(rest, "autocommit"); i >= 0 {
 		v := trimLeftSpace(rest[i+len("autocommit"):])
 		if len(v) > 0 && (v[0] == '=' || v[0] == ':') {
 			v = trimLeftSpace(bytes.TrimLeft(v, ":="))
-			w, _ := firstWord(v)
+			w, _ := FirstWord(v)
 			switch {
-			case eqFold(w, "0"), eqFold(w, "OFF"), eqFold(w, "FALSE"):
-				class = classAutocommitOff
-			case eqFold(w, "1"), eqFold(w, "ON"), eqFold(w, "TRUE"):
-				class = classAutocommitOn
+			case EqFold(w, "0"), EqFold(w, "OFF"), EqFold(w, "FALSE"):
+				class = ClassAutocommitOff
+			case EqFold(w, "1"), EqFold(w, "ON"), EqFold(w, "TRUE"):
+				class = ClassAutocommitOn
 			}
 		}
 	}
@@ -181,9 +194,9 @@ func hasUserVariable(q []byte) bool {
 	return false
 }
 
-// skipLeadingComments returns q after its leading whitespace and /* */
+// SkipLeadingComments returns q after its leading whitespace and /* */
 // comments.
-func skipLeadingComments(q []byte) []byte {
+func SkipLeadingComments(q []byte) []byte {
 	for {
 		q = trimLeftSpace(q)
 		if len(q) < 2 || q[0] != '/' || q[1] != '*' {
@@ -197,8 +210,8 @@ func skipLeadingComments(q []byte) []byte {
 	}
 }
 
-// firstWord splits off the first word: letters, digits and '_'.
-func firstWord(b []byte) (word, rest []byte) {
+// FirstWord splits off the first word: letters, digits and '_'.
+func FirstWord(b []byte) (word, rest []byte) {
 	b = trimLeftSpace(b)
 	n := 0
 	for n < len(b) && wordByte(b[n]) {
@@ -218,7 +231,7 @@ func lower(c byte) byte {
 	return c
 }
 
-func eqFold(b []byte, s string) bool {
+func EqFold(b []byte, s string) bool {
 	return len(b) == len(s) && hasPrefixFold(b, s)
 }
 
@@ -244,12 +257,12 @@ func indexFold(b []byte, s string) int {
 	return -1
 }
 
-// mayBeTruncated reports whether a statement's text may have been cut by
+// MayBeTruncated reports whether a statement's text may have been cut by
 // whoever recorded it, so that a tag at its end may be missing: the server
 // cuts performance_schema's SQL_TEXT (1,024 bytes by default) and ends it
 // with "...". A statement that really ends in "..." would end inside a
 // string literal or a comment, not with it. Such a text without a tag is
 // unknown, never untagged.
-func mayBeTruncated(q []byte) bool {
+func MayBeTruncated(q []byte) bool {
 	return bytes.HasSuffix(trimRightSpace(q), []byte("..."))
 }

@@ -397,8 +397,13 @@ func roundWindow(w time.Duration) time.Duration {
 	return 5 * time.Minute
 }
 
-// poller runs one poll function of one source at its interval, marking the
-// source up or down and backing off while it fails.
+// poller is the runner of every polled source: each table or file of a
+// target (processlist, digests, pool, the events log, the MySQL server and
+// its locks) is one poll function that reads it once, and the poller alone
+// decides when it runs, times it (holdtime_collector_poll_duration_seconds),
+// backs off while it fails and marks it up or down in the store. A new
+// polled source is one such function and one poller in its target's start.
+// OTLP, the one push source, is an http.Handler instead (otlp.go).
 type poller struct {
 	c        *Collector
 	target   string
@@ -407,6 +412,9 @@ type poller struct {
 	poll     func(ctx context.Context) error
 	secret   string       // the DSN's password, scrubbed from logged errors
 	causes   *causeLogger // what the driver logged behind "invalid connection"
+	// failure classifies a failed poll; nil: FailureOf, for the sources
+	// that speak the MySQL protocol.
+	failure func(error) Failure
 }
 
 func (p *poller) run(ctx context.Context) {
@@ -433,6 +441,9 @@ func (p *poller) run(ctx context.Context) {
 		if err != nil {
 			err = p.causes.explain(err, start)
 			kind := FailureOf(err)
+			if p.failure != nil {
+				kind = p.failure(err)
+			}
 			p.c.st.failure(p.target, p.source, scrub(err, p.secret), kind)
 			backoff = min(max(2*backoff, 100*time.Millisecond), p.c.cfg.MaxBackoff)
 			wait := backoff/2 + rand.N(backoff/2+1)

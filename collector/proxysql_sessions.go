@@ -605,6 +605,15 @@ func (p *proxysqlSessions) flush() {
 	})
 }
 
+// addEvents runs read with the events log Attributor's Add, under the
+// sessions' lock: the sampler asks the same Attributor for open tags
+// (TagOf) under it. The tailer feeds events only through here.
+func (p *proxysqlSessions) addEvents(read func(add func(*attrib.Event))) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	read(p.attr.Add)
+}
+
 // flushEvents hands events log holds to the store between samples, for
 // when the processlist source is down but the log is still read.
 func (p *proxysqlSessions) flushEvents() {

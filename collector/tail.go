@@ -49,6 +49,8 @@ type tailer struct {
 	// removed is the file that disappeared while followed, until the path
 	// has a file again: the source is down, saying so.
 	removed string
+	// started is set once a read succeeded: the first starts at the end.
+	started bool
 }
 
 // newestEventsLog returns the file ProxySQL is writing: the highest
@@ -108,46 +110,29 @@ func isDigits(s string) bool {
 	return true
 }
 
+// run reads the log under the runner, like every polled source: it polls
+// every EventsLogPoll, backs off while the file is unreadable (a file
+// error carries no credentials and is no network failure: FailureOther),
+// and marks the source up or down.
 func (t *tailer) run(ctx context.Context) {
 	defer t.closeFile()
+	p := &poller{c: t.c, target: t.target, source: SourceProxySQLEvents, interval: t.poll, poll: t.pollOnce,
+		failure: func(error) Failure { return FailureOther }}
+	p.run(ctx)
+}
+
+// pollOnce reads what is new; the first successful read starts at the
+// end of the file, later ones (and every new file) at their start.
+func (t *tailer) pollOnce(context.Context) error {
 	if t.buf == nil {
 		t.buf = make([]byte, 256<<10)
 	}
-	first := true
-	backoff := time.Duration(0)
-	wait := time.NewTimer(0)
-	defer wait.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-wait.C:
-		}
-		err := t.step(first)
-		if err != nil {
-			t.c.st.failure(t.target, SourceProxySQLEvents, err.Error(), FailureOther) // a file error: no credentials
-			if backoff == 0 {
-				t.c.cfg.Logger.Warn("events log unreadable: its figures are stale until it is back", "target", t.target, "err", err)
-			}
-			backoff = min(max(2*backoff, t.poll), t.c.cfg.MaxBackoff)
-			t.closeFile()
-			t.notify(err)
-			wait.Reset(backoff)
-			continue
-		}
-		first = false
-		backoff = 0
-		t.c.st.success(t.target, SourceProxySQLEvents)
-		t.notify(nil)
-		wait.Reset(t.poll)
+	if err := t.step(!t.started); err != nil {
+		t.closeFile()
+		return err
 	}
-}
-
-// notify tells a test's hook how a step went, once the store knows.
-func (t *tailer) notify(err error) {
-	if t.c.onPoll != nil {
-		t.c.onPoll(t.target, SourceProxySQLEvents, err)
-	}
+	t.started = true
+	return nil
 }
 
 // step reads everything new, following rotation and truncation.
@@ -266,8 +251,10 @@ func (t *tailer) readToEOF() error {
 }
 
 func (t *tailer) feed(b []byte) {
-	t.sessions.mu.Lock()
-	defer t.sessions.mu.Unlock()
+	t.sessions.addEvents(func(add func(*attrib.Event)) { t.feedLocked(b, add) })
+}
+
+func (t *tailer) feedLocked(b []byte, add func(*attrib.Event)) {
 	for len(b) > 0 {
 		i := bytes.IndexByte(b, '\n')
 		if i < 0 {
@@ -296,7 +283,7 @@ func (t *tailer) feed(b []byte) {
 			if t.check == nil {
 				t.check = attrib.NewLineChecker(time.Now().UnixMicro())
 			}
-			t.check.Check(line, filepath.Base(t.name), t.sessions.attr.Add, t.malformed)
+			t.check.Check(line, filepath.Base(t.name), add, t.malformed)
 		}
 		t.partial = t.partial[:0]
 	}

@@ -15,8 +15,8 @@ func TestClientReadsTheReportTheHandlerServes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.st.addOne("app", SourceOTLP, "checkout", &figures{hold: 5, active: 1, idle: 4, stmts: 3})
-	c.st.addOne("app", SourceOTLP, "browse", &figures{hold: 1, active: 1, stmts: 30})
+	c.st.addOne("app", SourceOTLP, "checkout", &figures{Hold: 5, Active: 1, Idle: 4, Stmts: 3})
+	c.st.addOne("app", SourceOTLP, "browse", &figures{Hold: 1, Active: 1, Stmts: 30})
 	c.st.success("app", SourceOTLP)
 	srv := httptest.NewServer(c.Handler())
 	t.Cleanup(srv.Close)

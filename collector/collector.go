@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"github.com/holdtime/holdtime/collector/internal/otlp"
 	"io"
 	"log/slog"
 	"math/rand/v2"
@@ -264,7 +265,7 @@ type Collector struct {
 	st      *store
 	proxies []*proxysqlTarget
 	mysqls  []*mysqlTarget
-	otlp    *otlpReceiver
+	otlp    *otlp.Receiver
 	router  *spanRouter // nil without the OTLP receiver
 	// pollSeconds is how long each poll took, failed ones included: the
 	// runner's, so every polled source has it.
@@ -340,7 +341,8 @@ func New(cfg Config) (*Collector, error) {
 		return nil, fmt.Errorf("register collector metrics: %w: give each Collector its own registry", err)
 	}
 	if cfg.OTLP.Enabled {
-		c.otlp = &otlpReceiver{c: c, target: cfg.OTLP.Target, maxBody: cfg.OTLP.MaxBodyBytes, router: c.router}
+		c.otlp = &otlp.Receiver{Sink: storeSink{c.st, cfg.OTLP.Target, SourceOTLP}, Router: c.router,
+			MaxTags: cfg.MaxTags, MaxBody: cfg.OTLP.MaxBodyBytes}
 		if err := cfg.Registerer.Register(newSpanRouterMetrics(c.router, cfg.OTLP.Target)); err != nil {
 			c.closeTargets()
 			return nil, fmt.Errorf("register collector metrics: %w: give each Collector its own registry", err)
@@ -403,7 +405,7 @@ func roundWindow(w time.Duration) time.Duration {
 // decides when it runs, times it (holdtime_collector_poll_duration_seconds),
 // backs off while it fails and marks it up or down in the store. A new
 // polled source is one such function and one poller in its target's start.
-// OTLP, the one push source, is an http.Handler instead (otlp.go).
+// OTLP, the one push source, is an http.Handler instead (internal/otlp).
 type poller struct {
 	c        *Collector
 	target   string

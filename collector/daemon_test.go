@@ -103,13 +103,13 @@ func TestOTLPFromConntag(t *testing.T) {
 				t.Fatalf("no otlp figures: %+v", c.st.series)
 			}
 			t.Logf("client %.3f s; otlp hold %.3f active %.3f idle %.3f statements %v errors %v",
-				client.Seconds(), e.total.hold, e.total.active, e.total.idle, e.total.stmts, e.total.errors)
+				client.Seconds(), e.total.Hold, e.total.Active, e.total.Idle, e.total.Stmts, e.total.Errors)
 			// The last hold (the failed statement) adds a few ms.
-			if d := pct(e.total.hold, client.Seconds()); d < -15 || d > 15 {
-				t.Errorf("app-side hold %.3f s vs client %.3f s: %+.1f%%", e.total.hold, client.Seconds(), d)
+			if d := pct(e.total.Hold, client.Seconds()); d < -15 || d > 15 {
+				t.Errorf("app-side hold %.3f s vs client %.3f s: %+.1f%%", e.total.Hold, client.Seconds(), d)
 			}
-			if e.total.idle < 0.25 || e.total.errors != 1 || e.total.stmts < 4 {
-				t.Errorf("idle %.3f (want >= 0.3), errors %v (want 1), statements %v", e.total.idle, e.total.errors, e.total.stmts)
+			if e.total.Idle < 0.25 || e.total.Errors != 1 || e.total.Stmts < 4 {
+				t.Errorf("idle %.3f (want >= 0.3), errors %v (want 1), statements %v", e.total.Idle, e.total.Errors, e.total.Stmts)
 			}
 		})
 	}
@@ -151,7 +151,7 @@ func TestSessionHintTagsIdleTransaction(t *testing.T) {
 	for i := range 5 {
 		ps.sample(at.Add(time.Duration(i)*100*time.Millisecond), []ProcesslistRow{idle})
 	}
-	ps.hint(42, sessionHint{tag: "from_span", start: at, end: at.Add(time.Second), received: at.Add(time.Second)})
+	ps.hint(42, sessionHint{Tag: "from_span", Start: at, End: at.Add(time.Second), Received: at.Add(time.Second)})
 	ps.sample(at.Add(time.Second), nil)
 	// Five samples 100 ms apart, the last one held until the next sample
 	// 600 ms later: 1 s.
@@ -208,7 +208,7 @@ func TestTailerRotationAndTruncation(t *testing.T) {
 	step(false)
 	got := map[string]float64{}
 	for tag, e := range st.series[seriesKey{"px", SourceProxySQLEvents}].tags {
-		got[tag] = e.total.stmts
+		got[tag] = e.total.Stmts
 	}
 	if got["old"] != 0 || got["a"] != 2 || got["b"] != 2 {
 		t.Errorf("statements per tag %v; want a:2 b:2, nothing from before the tailer started", got)
@@ -537,8 +537,8 @@ func TestPromtoolCheckMetrics(t *testing.T) {
 
 func TestTopAPI(t *testing.T) {
 	c, _ := New(Config{OTLP: OTLPConfig{Enabled: true}})
-	c.st.addOne("app", SourceOTLP, "a", &figures{hold: 5, idle: 4, active: 1, stmts: 3})
-	c.st.addOne("app", SourceOTLP, "b", &figures{hold: 1, active: 1, stmts: 30})
+	c.st.addOne("app", SourceOTLP, "a", &figures{Hold: 5, Idle: 4, Active: 1, Stmts: 3})
+	c.st.addOne("app", SourceOTLP, "b", &figures{Hold: 1, Active: 1, Stmts: 30})
 	srv := httptest.NewServer(c.Handler())
 	defer srv.Close()
 	for _, tc := range []struct {
@@ -602,7 +602,7 @@ func TestSessionHintsNameTheirOwnBorrow(t *testing.T) {
 			free := ProcesslistRow{SessionID: 42}
 			for i := range 80 { // every 100 ms: cart idle 0-0.4, pay idle 0.8-1.4
 				if sp, ok := tc.deliver[i]; ok {
-					ps.hint(42, sessionHint{tag: sp.tag, start: sp.start, end: sp.end, received: ms(i * 100)})
+					ps.hint(42, sessionHint{Tag: sp.tag, Start: sp.start, End: sp.end, Received: ms(i * 100)})
 				}
 				row := free
 				if i <= 4 || (i >= 8 && i <= 14) {

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/holdtime/holdtime/collector/internal/otlp"
 	coltrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
@@ -33,8 +34,8 @@ func snapshot(st *store) counters {
 		out[p+"malformed"] = sr.malformed
 		for tag, e := range sr.tags {
 			q := p + tag + "/"
-			out[q+"hold"], out[q+"idle"], out[q+"active"] = e.total.hold, e.total.idle, e.total.active
-			out[q+"stmts"], out[q+"errors"] = e.total.stmts, e.total.errors
+			out[q+"hold"], out[q+"idle"], out[q+"active"] = e.total.Hold, e.total.Idle, e.total.Active
+			out[q+"stmts"], out[q+"errors"] = e.total.Stmts, e.total.Errors
 			for r, v := range e.pinnedSecs {
 				out[q+"pinned/"+r] = v
 			}
@@ -98,14 +99,14 @@ func checkAPI(t *testing.T, when string, h http.Handler, metrics bool) {
 func otlpSeeds() []*coltrace.ExportTraceServiceRequest {
 	var out []*coltrace.ExportTraceServiceRequest
 	start, end, attrs := validHold("seed")
-	out = append(out, exportRequest(span(spanHold, start, end, attrs...), span("SELECT", start, end, str(attrConnTag, "seed"), str(attrOperationName, "SELECT"))))
+	out = append(out, exportRequest(span(otlp.SpanHold, start, end, attrs...), span("SELECT", start, end, str(otlp.AttrConnTag, "seed"), str(otlp.AttrOperationName, "SELECT"))))
 	for _, v := range []float64{math.NaN(), math.Inf(1), math.Inf(-1), -1, 1e300} {
-		for _, k := range []string{attrActiveSeconds, attrIdleSeconds, attrSessionID} {
-			out = append(out, exportRequest(span(spanHold, start, end, str(attrConnTag, "bad"), dbl(k, v))))
+		for _, k := range []string{otlp.AttrActiveSeconds, otlp.AttrIdleSeconds, otlp.AttrSessionID} {
+			out = append(out, exportRequest(span(otlp.SpanHold, start, end, str(otlp.AttrConnTag, "bad"), dbl(k, v))))
 		}
 	}
-	out = append(out, exportRequest(span(spanHold, end, start, str(attrConnTag, "backwards"))))
-	out = append(out, exportRequest(span(spanHold, 0, math.MaxUint64, str(attrConnTag, "huge"))))
+	out = append(out, exportRequest(span(otlp.SpanHold, end, start, str(otlp.AttrConnTag, "backwards"))))
+	out = append(out, exportRequest(span(otlp.SpanHold, 0, math.MaxUint64, str(otlp.AttrConnTag, "huge"))))
 	return out
 }
 

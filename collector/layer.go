@@ -472,13 +472,13 @@ func (b *topBuilder) addSeries(k seriesKey, l Layer, sr *series) {
 
 // add adds a window's figures, covering cov seconds, and gauges.
 func (sf *SourceFigures) add(sum *figures, cov float64, sessions, pinned int) {
-	sf.HoldSeconds += sum.hold
-	sf.IdleHoldSeconds += sum.idle
-	sf.ActiveSeconds += sum.active
-	sf.Statements += sum.stmts
-	sf.Errors += sum.errors
-	sf.WaitSeconds += sum.wait
-	sf.Occupancy += sum.hold / divisor(cov)
+	sf.HoldSeconds += sum.Hold
+	sf.IdleHoldSeconds += sum.Idle
+	sf.ActiveSeconds += sum.Active
+	sf.Statements += sum.Stmts
+	sf.Errors += sum.Errors
+	sf.WaitSeconds += sum.Wait
+	sf.Occupancy += sum.Hold / divisor(cov)
 	sf.Sessions += sessions
 	sf.PinnedSessions += pinned
 	sf.CoveredSeconds = max(sf.CoveredSeconds, cov)
@@ -486,12 +486,12 @@ func (sf *SourceFigures) add(sum *figures, cov float64, sessions, pinned int) {
 
 // add adds a headline series' window figures.
 func (lf *LayerFigures) add(sum *figures) {
-	lf.HoldSeconds += sum.hold
-	lf.IdleHoldSeconds += sum.idle
-	lf.ActiveSeconds += sum.active
-	lf.Statements += sum.stmts
-	lf.Errors += sum.errors
-	lf.WaitSeconds += sum.wait
+	lf.HoldSeconds += sum.Hold
+	lf.IdleHoldSeconds += sum.Idle
+	lf.ActiveSeconds += sum.Active
+	lf.Statements += sum.Stmts
+	lf.Errors += sum.Errors
+	lf.WaitSeconds += sum.Wait
 }
 
 // addGauges adds sessions and pins now, from each layer's gauge source, for

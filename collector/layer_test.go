@@ -29,19 +29,19 @@ func layeredCollector(t *testing.T) *Collector {
 	t.Cleanup(func() { c.closeTargets() })
 	st := c.st
 	add := func(target string, src Source, tag string, f figures) { st.addOne(target, src, tag, &f) }
-	add("app", SourceOTLP, "report_export", figures{hold: 61.2, idle: 61, active: 0.2, stmts: 10})
-	add("px1", SourceProxySQLEvents, "report_export", figures{hold: 0.2, active: 0.2, stmts: 10})
-	add("px1", SourceProxySQLProcesslist, "report_export", figures{hold: 0.25, active: 0.25})
-	add("px1", SourceProxySQLDigest, "report_export", figures{active: 0.2, stmts: 10})
-	add("db", SourceMySQL, "report_export", figures{hold: 0.2, active: 0.2, stmts: 10})
+	add("app", SourceOTLP, "report_export", figures{Hold: 61.2, Idle: 61, Active: 0.2, Stmts: 10})
+	add("px1", SourceProxySQLEvents, "report_export", figures{Hold: 0.2, Active: 0.2, Stmts: 10})
+	add("px1", SourceProxySQLProcesslist, "report_export", figures{Hold: 0.25, Active: 0.25})
+	add("px1", SourceProxySQLDigest, "report_export", figures{Active: 0.2, Stmts: 10})
+	add("db", SourceMySQL, "report_export", figures{Hold: 0.2, Active: 0.2, Stmts: 10})
 
-	add("app", SourceOTLP, "checkout", figures{hold: 31, idle: 20, active: 11, stmts: 300})
-	add("px1", SourceProxySQLEvents, "checkout", figures{hold: 15, idle: 10, active: 5, stmts: 150})
-	add("px1", SourceProxySQLProcesslist, "checkout", figures{hold: 16, idle: 11, active: 5})
-	add("px2", SourceProxySQLProcesslist, "checkout", figures{hold: 14, idle: 9, active: 5})
-	add("db", SourceMySQL, "checkout", figures{hold: 30, idle: 19, active: 11, stmts: 300})
+	add("app", SourceOTLP, "checkout", figures{Hold: 31, Idle: 20, Active: 11, Stmts: 300})
+	add("px1", SourceProxySQLEvents, "checkout", figures{Hold: 15, Idle: 10, Active: 5, Stmts: 150})
+	add("px1", SourceProxySQLProcesslist, "checkout", figures{Hold: 16, Idle: 11, Active: 5})
+	add("px2", SourceProxySQLProcesslist, "checkout", figures{Hold: 14, Idle: 9, Active: 5})
+	add("db", SourceMySQL, "checkout", figures{Hold: 30, Idle: 19, Active: 11, Stmts: 300})
 
-	add("db", SourceMySQL, "cron", figures{hold: 6, active: 6, stmts: 1})
+	add("db", SourceMySQL, "cron", figures{Hold: 6, Active: 6, Stmts: 1})
 	st.setGauges("db", SourceMySQL, func(sr *series, g *gauges) { g.sessions = map[string]int{"checkout": 2, "cron": 1} })
 	st.setGauges("px1", SourceProxySQLProcesslist, func(sr *series, g *gauges) {
 		g.sessions = map[string]int{"checkout": 1}

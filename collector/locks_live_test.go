@@ -230,8 +230,8 @@ func TestMySQLLocksSource(t *testing.T) {
 	c.st.mu.Lock()
 	untagged := c.st.series[seriesKey{"db", SourceMySQL}].tags[UntaggedTag]
 	c.st.mu.Unlock()
-	if untagged != nil && untagged.total.stmts > 0 {
-		t.Errorf("the MySQL source counted %v untagged statements: the lock reader's?", untagged.total.stmts)
+	if untagged != nil && untagged.total.Stmts > 0 {
+		t.Errorf("the MySQL source counted %v untagged statements: the lock reader's?", untagged.total.Stmts)
 	}
 }
 

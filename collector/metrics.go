@@ -153,13 +153,13 @@ func (m *metricsCollector) collectStatus(ch chan<- prometheus.Metric, k seriesKe
 func (m *metricsCollector) collectLayer(ch chan<- prometheus.Metric, k seriesKey, sr *series) {
 	t, layer, c := k.target, string(k.source.Layer()), prometheus.CounterValue
 	for tag, e := range sr.tags {
-		ch <- prometheus.MustNewConstMetric(m.layerHold, c, e.total.hold, t, layer, tag)
-		ch <- prometheus.MustNewConstMetric(m.layerIdle, c, e.total.idle, t, layer, tag)
-		ch <- prometheus.MustNewConstMetric(m.layerActive, c, e.total.active, t, layer, tag)
-		ch <- prometheus.MustNewConstMetric(m.layerStmts, c, e.total.stmts, t, layer, tag)
-		ch <- prometheus.MustNewConstMetric(m.layerErrs, c, e.total.errors, t, layer, tag)
+		ch <- prometheus.MustNewConstMetric(m.layerHold, c, e.total.Hold, t, layer, tag)
+		ch <- prometheus.MustNewConstMetric(m.layerIdle, c, e.total.Idle, t, layer, tag)
+		ch <- prometheus.MustNewConstMetric(m.layerActive, c, e.total.Active, t, layer, tag)
+		ch <- prometheus.MustNewConstMetric(m.layerStmts, c, e.total.Stmts, t, layer, tag)
+		ch <- prometheus.MustNewConstMetric(m.layerErrs, c, e.total.Errors, t, layer, tag)
 		if k.source.Layer() == LayerProxy {
-			ch <- prometheus.MustNewConstMetric(m.layerWait, c, e.total.wait, t, layer, tag)
+			ch <- prometheus.MustNewConstMetric(m.layerWait, c, e.total.Wait, t, layer, tag)
 		}
 	}
 }
@@ -168,13 +168,13 @@ func (m *metricsCollector) collectLayer(ch chan<- prometheus.Metric, k seriesKey
 func (m *metricsCollector) collectTags(ch chan<- prometheus.Metric, k seriesKey, sr *series) {
 	t, src, c := k.target, string(k.source), prometheus.CounterValue
 	for tag, e := range sr.tags {
-		ch <- prometheus.MustNewConstMetric(m.hold, c, e.total.hold, t, src, tag)
-		ch <- prometheus.MustNewConstMetric(m.idle, c, e.total.idle, t, src, tag)
-		ch <- prometheus.MustNewConstMetric(m.active, c, e.total.active, t, src, tag)
-		ch <- prometheus.MustNewConstMetric(m.stmts, c, e.total.stmts, t, src, tag)
-		ch <- prometheus.MustNewConstMetric(m.errs, c, e.total.errors, t, src, tag)
+		ch <- prometheus.MustNewConstMetric(m.hold, c, e.total.Hold, t, src, tag)
+		ch <- prometheus.MustNewConstMetric(m.idle, c, e.total.Idle, t, src, tag)
+		ch <- prometheus.MustNewConstMetric(m.active, c, e.total.Active, t, src, tag)
+		ch <- prometheus.MustNewConstMetric(m.stmts, c, e.total.Stmts, t, src, tag)
+		ch <- prometheus.MustNewConstMetric(m.errs, c, e.total.Errors, t, src, tag)
 		if k.source == SourceProxySQLProcesslist || k.source == SourceProxySQLEvents {
-			ch <- prometheus.MustNewConstMetric(m.wait, c, e.total.wait, t, src, tag)
+			ch <- prometheus.MustNewConstMetric(m.wait, c, e.total.Wait, t, src, tag)
 		}
 		for reason, v := range e.pinnedSecs {
 			ch <- prometheus.MustNewConstMetric(m.pinnedSecs, c, v, t, tag, reason)

@@ -466,7 +466,7 @@ func (m *mysqlTarget) forget() {
 	m.prevAt = time.Time{}
 	m.hintMu.Lock()
 	for _, p := range m.pendingHold {
-		m.delta(UnknownTag).add(&p.f)
+		m.delta(UnknownTag).Add(&p.f)
 	}
 	m.pendingHold = m.pendingHold[:0]
 	clear(m.hints)
@@ -722,8 +722,8 @@ func (m *mysqlTarget) credit(tag string, sec float64) {
 		return
 	}
 	d := m.delta(tag)
-	d.hold += sec
-	d.active += sec
+	d.Hold += sec
+	d.Active += sec
 }
 
 func (m *mysqlTarget) session(id int64) *serverSession {
@@ -865,15 +865,15 @@ func (m *mysqlTarget) resolvePending(at time.Time) {
 	for _, p := range m.pendingHold {
 		tag := ""
 		for _, h := range m.hints[p.id] {
-			if !p.from.Before(h.start.Add(-slack)) && !p.to.After(h.end.Add(slack)) {
-				tag = h.tag
+			if !p.from.Before(h.Start.Add(-slack)) && !p.to.After(h.End.Add(slack)) {
+				tag = h.Tag
 			}
 		}
 		switch {
 		case tag != "":
-			m.delta(tag).add(&p.f)
+			m.delta(tag).Add(&p.f)
 		case at.Sub(p.to) > m.cfg.TagGrace:
-			m.delta(UnknownTag).add(&p.f)
+			m.delta(UnknownTag).Add(&p.f)
 		default:
 			kept = append(kept, p)
 		}
@@ -883,7 +883,7 @@ func (m *mysqlTarget) resolvePending(at time.Time) {
 	for id, hs := range m.hints {
 		n := 0
 		for _, h := range hs {
-			if at.Sub(h.received) <= m.cfg.TagGrace+time.Minute {
+			if at.Sub(h.Received) <= m.cfg.TagGrace+time.Minute {
 				hs[n] = h
 				n++
 			}

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/holdtime/holdtime/collector/internal/otlp"
 	coltrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
@@ -45,8 +46,8 @@ func str(k, v string) *commonpb.KeyValue {
 // validHold returns the attributes of a plausible 1 s hold, 0.25 s active.
 func validHold(tag string) (uint64, uint64, []*commonpb.KeyValue) {
 	end := uint64(time.Now().UnixNano())
-	return end - 1e9, end, []*commonpb.KeyValue{str(attrConnTag, tag), dbl(attrActiveSeconds, 0.25),
-		dbl(attrIdleSeconds, 0.75), i64(attrSessionID, 7)}
+	return end - 1e9, end, []*commonpb.KeyValue{str(otlp.AttrConnTag, tag), dbl(otlp.AttrActiveSeconds, 0.25),
+		dbl(otlp.AttrIdleSeconds, 0.75), i64(otlp.AttrSessionID, 7)}
 }
 
 func exportRequest(spans ...*tracepb.Span) *coltrace.ExportTraceServiceRequest {
@@ -156,20 +157,20 @@ func TestOTLPRejectsBadNumbers(t *testing.T) {
 		name string
 		v    float64
 	}{{"NaN", math.NaN()}, {"+Inf", math.Inf(1)}, {"-Inf", math.Inf(-1)}, {"negative", -1}, {"huge", 1e300}, {"max", math.MaxFloat64}} {
-		cases["active "+v.name] = set(dbl(attrActiveSeconds, v.v))
-		cases["idle "+v.name] = set(dbl(attrIdleSeconds, v.v))
-		cases["active only "+v.name] = both(drop(attrIdleSeconds), set(dbl(attrActiveSeconds, v.v)))
-		cases["idle only "+v.name] = both(drop(attrActiveSeconds), set(dbl(attrIdleSeconds, v.v)))
-		cases["session id double "+v.name] = set(dbl(attrSessionID, v.v))
+		cases["active "+v.name] = set(dbl(otlp.AttrActiveSeconds, v.v))
+		cases["idle "+v.name] = set(dbl(otlp.AttrIdleSeconds, v.v))
+		cases["active only "+v.name] = both(drop(otlp.AttrIdleSeconds), set(dbl(otlp.AttrActiveSeconds, v.v)))
+		cases["idle only "+v.name] = both(drop(otlp.AttrActiveSeconds), set(dbl(otlp.AttrIdleSeconds, v.v)))
+		cases["session id double "+v.name] = set(dbl(otlp.AttrSessionID, v.v))
 	}
-	cases["session id negative"] = set(i64(attrSessionID, -5))
-	cases["session id fraction"] = set(dbl(attrSessionID, 7.5))
-	cases["active int negative"] = set(i64(attrActiveSeconds, -3))
-	cases["active int huge"] = set(i64(attrActiveSeconds, math.MaxInt64))
+	cases["session id negative"] = set(i64(otlp.AttrSessionID, -5))
+	cases["session id fraction"] = set(dbl(otlp.AttrSessionID, 7.5))
+	cases["active int negative"] = set(i64(otlp.AttrActiveSeconds, -3))
+	cases["active int huge"] = set(i64(otlp.AttrActiveSeconds, math.MaxInt64))
 	cases["end before start"] = times(func(s, e *uint64) { *s, *e = *e, *s })
-	cases["timestamps only, end before start"] = both(both(drop(attrActiveSeconds), drop(attrIdleSeconds)),
+	cases["timestamps only, end before start"] = both(both(drop(otlp.AttrActiveSeconds), drop(otlp.AttrIdleSeconds)),
 		times(func(s, e *uint64) { *s, *e = *e, *s }))
-	cases["timestamps only, huge"] = both(both(drop(attrActiveSeconds), drop(attrIdleSeconds)),
+	cases["timestamps only, huge"] = both(both(drop(otlp.AttrActiveSeconds), drop(otlp.AttrIdleSeconds)),
 		times(func(s, e *uint64) { *s, *e = 0, math.MaxUint64 }))
 	cases["huge times"] = times(func(s, e *uint64) { *s, *e = math.MaxUint64-1e9, math.MaxUint64 })
 	cases["zero start"] = times(func(s, _ *uint64) { *s = 0 })
@@ -184,12 +185,12 @@ func TestOTLPRejectsBadNumbers(t *testing.T) {
 				h := c.Handler()
 				start, end, attrs := validHold("poison")
 				attrs = mod(&start, &end, attrs)
-				code, resp := post(t, h, exportRequest(span(spanHold, start, end, attrs...)), format)
+				code, resp := post(t, h, exportRequest(span(otlp.SpanHold, start, end, attrs...)), format)
 				if code != http.StatusOK || resp.GetPartialSuccess().GetRejectedSpans() != 1 {
 					t.Errorf("status %d, partial success %v; want 200 with the span rejected", code, resp.GetPartialSuccess())
 				}
 				start, end, attrs = validHold("good")
-				if code, resp := post(t, h, exportRequest(span(spanHold, start, end, attrs...)), format); code != 200 || resp.GetPartialSuccess() != nil {
+				if code, resp := post(t, h, exportRequest(span(otlp.SpanHold, start, end, attrs...)), format); code != 200 || resp.GetPartialSuccess() != nil {
 					t.Errorf("valid span after it: %d %v", code, resp.GetPartialSuccess())
 				}
 				for _, w := range []string{"10s", "1m", "5m"} {
@@ -218,11 +219,11 @@ func TestTopNeverWritesPartial200(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.st.addOne("app", SourceOTLP, "ok", &figures{hold: 1})
+	c.st.addOne("app", SourceOTLP, "ok", &figures{Hold: 1})
 	// Values no source can add any more: the handler must cope anyway.
 	c.st.mu.Lock()
 	e := c.st.entryFor(c.st.get("app", SourceOTLP), "poisoned", 1)
-	e.addAt(c.st.now().Unix(), &figures{hold: math.NaN()})
+	e.addAt(c.st.now().Unix(), &figures{Hold: math.NaN()})
 	c.st.mu.Unlock()
 	w := httptest.NewRecorder()
 	c.Handler().ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/api/v1/top?window=10s", nil))
@@ -253,7 +254,7 @@ func TestOTLPOverflowCountsSpans(t *testing.T) {
 		for _, i := range tags {
 			for range per {
 				start, end, attrs := validHold(fmt.Sprintf("tag%02d", i))
-				spans = append(spans, span(spanHold, start, end, attrs...))
+				spans = append(spans, span(otlp.SpanHold, start, end, attrs...))
 			}
 		}
 		return exportRequest(spans...)
@@ -272,13 +273,13 @@ func TestOTLPOverflowCountsSpans(t *testing.T) {
 	for i := 1; i <= 10; i++ {
 		if e := sr.tags[fmt.Sprintf("tag%02d", i)]; e == nil {
 			t.Errorf("tag%02d: kept %v, want 5 spans of 1 s", i, e != nil)
-		} else if e.total.hold != 5 {
+		} else if e.total.Hold != 5 {
 			t.Errorf("tag%02d: %+v, want 5 spans of 1 s", i, e.total)
 		}
 	}
 	if e := sr.tags[OverflowTag]; e == nil {
 		t.Errorf("overflow tag: kept %v, want 25 s", e != nil)
-	} else if e.total.hold != 25 {
+	} else if e.total.Hold != 25 {
 		t.Errorf("overflow tag: %+v, want 25 s", e.total)
 	}
 }
@@ -288,13 +289,13 @@ func TestOTLPOverflowCountsSpans(t *testing.T) {
 func TestOTLPActiveCappedAtHold(t *testing.T) {
 	c, _ := New(Config{OTLP: OTLPConfig{Enabled: true}})
 	end := uint64(time.Now().UnixNano())
-	post(t, c.Handler(), exportRequest(span(spanHold, end-1e9, end, str(attrConnTag, "a"), dbl(attrActiveSeconds, 5))), "protobuf")
-	post(t, c.Handler(), exportRequest(span(spanHold, end-1e9, end, str(attrConnTag, "i"), dbl(attrIdleSeconds, 5))), "protobuf")
+	post(t, c.Handler(), exportRequest(span(otlp.SpanHold, end-1e9, end, str(otlp.AttrConnTag, "a"), dbl(otlp.AttrActiveSeconds, 5))), "protobuf")
+	post(t, c.Handler(), exportRequest(span(otlp.SpanHold, end-1e9, end, str(otlp.AttrConnTag, "i"), dbl(otlp.AttrIdleSeconds, 5))), "protobuf")
 	sr := c.st.series[seriesKey{"app", SourceOTLP}]
-	if got := sr.tags["a"].total; got != (figures{hold: 1, active: 1}) {
+	if got := sr.tags["a"].total; got != (figures{Hold: 1, Active: 1}) {
 		t.Errorf("active-only span: %+v, want hold 1 active 1", got)
 	}
-	if got := sr.tags["i"].total; got != (figures{hold: 1, idle: 1}) {
+	if got := sr.tags["i"].total; got != (figures{Hold: 1, Idle: 1}) {
 		t.Errorf("idle-only span: %+v, want hold 1 idle 1", got)
 	}
 }
@@ -305,9 +306,9 @@ func TestOTLPRejectedSpansMakeNoSeries(t *testing.T) {
 	c, _ := New(Config{OTLP: OTLPConfig{Enabled: true}})
 	end := uint64(time.Now().UnixNano())
 	post(t, c.Handler(), exportRequest(
-		span(spanHold, end, end-1e9, str(attrConnTag, "backwards")),
-		span(spanHold, end-1e9, end, str(attrConnTag, "nan"), dbl(attrActiveSeconds, math.NaN())),
-		span("SELECT", end-1e9, end, str(attrConnTag, "no_operation")),
+		span(otlp.SpanHold, end, end-1e9, str(otlp.AttrConnTag, "backwards")),
+		span(otlp.SpanHold, end-1e9, end, str(otlp.AttrConnTag, "nan"), dbl(otlp.AttrActiveSeconds, math.NaN())),
+		span("SELECT", end-1e9, end, str(otlp.AttrConnTag, "no_operation")),
 	), "protobuf")
 	m := getMetrics(t, c.Handler())
 	for _, tag := range []string{"backwards", "nan", "no_operation"} {
@@ -322,7 +323,7 @@ func TestOTLPRejectedSpansMakeNoSeries(t *testing.T) {
 func TestOTLPContentEncoding(t *testing.T) {
 	c, _ := New(Config{OTLP: OTLPConfig{Enabled: true}})
 	start, end, attrs := validHold("enc")
-	plain, _ := proto.Marshal(exportRequest(span(spanHold, start, end, attrs...)))
+	plain, _ := proto.Marshal(exportRequest(span(otlp.SpanHold, start, end, attrs...)))
 	var gz, fl bytes.Buffer
 	zw := gzip.NewWriter(&gz)
 	zw.Write(plain)

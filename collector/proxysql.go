@@ -355,8 +355,8 @@ func (d *digestState) apply(rows []digestRow, keepComments bool, batch map[strin
 			td = &tagDelta{}
 			batch[tag] = td
 		}
-		td.stmts += float64(dc)
-		td.active += float64(dt) / 1e6
+		td.Stmts += float64(dc)
+		td.Active += float64(dt) / 1e6
 	}
 	d.baseline = true
 	d.prev, d.cur = d.cur, d.prev
@@ -514,7 +514,7 @@ func (d *digestState) checkTags(now time.Time, batch map[string]*tagDelta, seen 
 			h = &heldDigest{since: now, sample: tag}
 			d.held[tag] = h
 		}
-		h.d.figures.add(&td.figures)
+		h.d.Figures.Add(&td.Figures)
 		h.rows++
 		delete(batch, tag)
 	}
@@ -526,7 +526,7 @@ func (d *digestState) checkTags(now time.Time, batch map[string]*tagDelta, seen 
 				td = &tagDelta{}
 				batch[tag] = td
 			}
-			td.figures.add(&h.d.figures)
+			td.Figures.Add(&h.d.Figures)
 			delete(d.held, tag)
 		case now.Sub(h.since) > digestHold:
 			rejected += h.rows

@@ -2,6 +2,7 @@ package collector
 
 import (
 	"cmp"
+	"github.com/holdtime/holdtime/collector/internal/source"
 	"sync"
 	"time"
 
@@ -142,14 +143,8 @@ type proxysqlSessions struct {
 	overflow int64 // attr.Overflow() already counted in the store
 }
 
-// sessionHint is what an app hold span says: the session held a backend for
-// tag from start to end. received is when the span arrived.
-type sessionHint struct {
-	tag        string
-	start, end time.Time
-	received   time.Time
-	slack      time.Duration // how far outside start..end a run may lie
-}
+// sessionHint is what an app hold span says of a session (source.Hint).
+type sessionHint = source.Hint
 
 // maxHintsPerSession bounds the spans kept per session: a pooled session
 // serves many borrows within the grace period, only recent ones matter.
@@ -189,11 +184,11 @@ func (p *proxysqlSessions) addSampled(h *SampledHold) {
 		return
 	}
 	var f figures
-	f.hold = h.Seconds
+	f.Hold = h.Seconds
 	if h.Pinned {
-		f.idle = h.Seconds
+		f.Idle = h.Seconds
 	} else {
-		f.active = h.Seconds
+		f.Active = h.Seconds
 	}
 	reason := ""
 	if h.Pinned {
@@ -228,7 +223,7 @@ func (p *proxysqlSessions) addSampled(h *SampledHold) {
 		if p.lastRead.After(h.At) {
 			pu.lastSeen = h.At.Add(p.lastRead.Sub(h.At) / 2)
 		}
-		pu.f.add(&f)
+		pu.f.Add(&f)
 		pu.rows++
 		if reason != "" {
 			if pu.pinned == nil {
@@ -248,14 +243,14 @@ func (p *proxysqlSessions) addSampled(h *SampledHold) {
 		p.resolveWhere(h.SessionID, h.Tag, func(pu *pendingUnknown) bool { return pu.wait && pu.last.Equal(p.prevAt) })
 	}
 	d := p.delta(p.batch, h.Tag)
-	d.add(&f)
-	d.obs++
+	d.Add(&f)
+	d.Obs++
 	p.sessions[h.Tag]++
 	if reason != "" {
-		if d.pinnedSecs == nil {
-			d.pinnedSecs = map[string]float64{}
+		if d.PinnedSecs == nil {
+			d.PinnedSecs = map[string]float64{}
 		}
-		d.pinnedSecs[reason] += h.Seconds
+		d.PinnedSecs[reason] += h.Seconds
 		p.pinned[[2]string{h.Tag, reason}]++
 	}
 }
@@ -275,7 +270,7 @@ func (p *proxysqlSessions) addWait(h *SampledHold) {
 		p.pending[h.SessionID] = append(runs, pu)
 	}
 	pu.last = h.At
-	pu.f.wait += h.Seconds
+	pu.f.Wait += h.Seconds
 	pu.rows++
 	if h.Seconds > 0 {
 		p.waitLog[h.SessionID] = append(p.waitLog[h.SessionID], waitSample{at: h.At, sec: h.Seconds})
@@ -354,13 +349,13 @@ func (p *proxysqlSessions) resolve(pu *pendingUnknown, tag string) {
 		}
 	}
 	d := p.delta(p.batch, tag)
-	d.add(&pu.f)
-	d.obs += pu.rows
+	d.Add(&pu.f)
+	d.Obs += pu.rows
 	for r, v := range pu.pinned {
-		if d.pinnedSecs == nil {
-			d.pinnedSecs = map[string]float64{}
+		if d.PinnedSecs == nil {
+			d.PinnedSecs = map[string]float64{}
 		}
-		d.pinnedSecs[r] += v
+		d.PinnedSecs[r] += v
 	}
 }
 
@@ -376,17 +371,17 @@ func (p *proxysqlSessions) addHold(h *Hold) {
 		wait := min(p.waitedWithin(int64(h.SessionID), start.Add(-p.sampleGap()), end), active)
 		dur -= wait
 		active -= wait
-		d.wait += wait
-		d.hold += dur
-		d.active += active
-		d.idle += dur - active
+		d.Wait += wait
+		d.Hold += dur
+		d.Active += active
+		d.Idle += dur - active
 	}
-	d.stmts += float64(h.Statements)
-	d.obs++
+	d.Stmts += float64(h.Statements)
+	d.Obs++
 	if h.Tag != UnknownTag && h.Kind != HoldLocal {
 		// The events log and the samples may come from two clocks: a
 		// second of slack, used only when no hold contains the run.
-		p.addHintLocked(int64(h.SessionID), sessionHint{tag: h.Tag, start: start, end: end, received: p.lastAt, slack: time.Second})
+		p.addHintLocked(int64(h.SessionID), sessionHint{Tag: h.Tag, Start: start, End: end, Received: p.lastAt, Slack: time.Second})
 	}
 }
 
@@ -405,7 +400,7 @@ func (p *proxysqlSessions) addEvent(e *Event) {
 func (p *proxysqlSessions) hint(id int64, h sessionHint) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	h.slack = p.sampleGap()
+	h.Slack = p.sampleGap()
 	p.addHintLocked(id, h)
 }
 
@@ -438,17 +433,17 @@ func (p *proxysqlSessions) resolveHints(id int64) {
 		best, bestDist := "", time.Duration(-1)
 		for _, h := range hs {
 			var dist time.Duration
-			if pu.first.Before(h.start) {
-				dist = h.start.Sub(pu.first)
+			if pu.first.Before(h.Start) {
+				dist = h.Start.Sub(pu.first)
 			}
-			if pu.last.After(h.end) {
-				dist = max(dist, pu.last.Sub(h.end))
+			if pu.last.After(h.End) {
+				dist = max(dist, pu.last.Sub(h.End))
 			}
-			if dist > h.slack {
+			if dist > h.Slack {
 				continue
 			}
 			if bestDist < 0 || dist < bestDist {
-				best, bestDist = h.tag, dist
+				best, bestDist = h.Tag, dist
 			}
 		}
 		if bestDist == 0 || bestDist > 0 && p.lastAt.Sub(pu.last) >= p.grace/2 {
@@ -522,7 +517,7 @@ func (p *proxysqlSessions) sampleRead(at, readAt time.Time, rows []ProcesslistRo
 	for id, hs := range p.hints {
 		kept := hs[:0]
 		for _, h := range hs {
-			if at.Sub(h.received) <= p.grace {
+			if at.Sub(h.Received) <= p.grace {
 				kept = append(kept, h)
 			}
 		}

@@ -218,13 +218,13 @@ func TestDigestDeltasWorkload(t *testing.T) {
 			t.Errorf("%s: no digest delta", tag)
 			continue
 		}
-		t.Logf("%-20s statements %6.0f (client %d)  statement time %.3f s", tag, got.stmts, w.Statements, got.active)
+		t.Logf("%-20s statements %6.0f (client %d)  statement time %.3f s", tag, got.Stmts, w.Statements, got.Active)
 		if tag == UntaggedTag {
 			continue // BEGIN and COMMIT of every tag land here too
 		}
 		// The digest counts COM_STMT_PREPARE too: admin_report prepares once.
-		if math.Abs(got.stmts-float64(w.Statements)) > 1 {
-			t.Errorf("%s: %v statements from digests, client ran %d", tag, got.stmts, w.Statements)
+		if math.Abs(got.Stmts-float64(w.Statements)) > 1 {
+			t.Errorf("%s: %v statements from digests, client ran %d", tag, got.Stmts, w.Statements)
 		}
 	}
 	// Comments stripped: the tag cannot be read; nothing claims "untagged".
@@ -245,8 +245,8 @@ func TestDigestDeltasWorkload(t *testing.T) {
 	d.apply(reset, true, b3)
 	var n float64
 	for _, v := range b3 {
-		n += v.stmts
-		if v.stmts < 0 || v.active < 0 {
+		n += v.Stmts
+		if v.Stmts < 0 || v.Active < 0 {
 			t.Errorf("negative delta after reset: %+v", v)
 		}
 	}

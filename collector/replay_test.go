@@ -70,7 +70,7 @@ func holdOf(st *store, target string, src Source, tag string) float64 {
 	if sr == nil || sr.tags[tag] == nil {
 		return 0
 	}
-	return sr.tags[tag].total.hold
+	return sr.tags[tag].total.Hold
 }
 
 func TestReplayWorkloadAccuracy(t *testing.T) {

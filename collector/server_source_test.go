@@ -92,7 +92,7 @@ func TestServerRunningStatement(t *testing.T) {
 	}()
 	var whileRunning float64
 	running := waitFor(t, m, 10*time.Second, func() bool {
-		whileRunning = totals(c, "db", "long_report").hold
+		whileRunning = totals(c, "db", "long_report").Hold
 		return whileRunning >= 1.2
 	})
 	if !running {
@@ -100,17 +100,17 @@ func TestServerRunningStatement(t *testing.T) {
 	}
 	client := <-done
 	var f figures
-	waitFor(t, m, 5*time.Second, func() bool { f = totals(c, "db", "long_report"); return f.stmts == 1 })
-	t.Logf("while running: %.3f s; after: %.3f s, %v statements; the client measured %.3f s", whileRunning, f.hold, f.stmts, client.Seconds())
+	waitFor(t, m, 5*time.Second, func() bool { f = totals(c, "db", "long_report"); return f.Stmts == 1 })
+	t.Logf("while running: %.3f s; after: %.3f s, %v statements; the client measured %.3f s", whileRunning, f.Hold, f.Stmts, client.Seconds())
 	// The server's timer and the client's clock differ by microseconds, and
 	// counting the statement twice would add the 1.2 s credited while it
 	// ran. Once in a loaded CI run (2026-12-02) the figure settled 23 ms
 	// above the client's 2.501 s (2.524 s, one statement): a small
 	// over-credit whose cause is not found yet (recorded on issue 12), so
 	// the bound is 1 % over the client, far below a double count.
-	if f.hold < 2.5 || f.hold > client.Seconds()*1.01 || f.stmts != 1 {
+	if f.Hold < 2.5 || f.Hold > client.Seconds()*1.01 || f.Stmts != 1 {
 		t.Errorf("long_report: %.3f s over %v statements; want SLEEP(2.5)'s exact time (not over the client's %.3f s) once",
-			f.hold, f.stmts, client.Seconds())
+			f.Hold, f.Stmts, client.Seconds())
 	}
 }
 
@@ -143,16 +143,16 @@ func TestServerClientDisconnectsRightAfter(t *testing.T) {
 		_, err := oneShot.ExecContext(ctx, "/* conn_tag:d_long */ SELECT SLEEP(1.2)")
 		done <- err
 	}()
-	waitFor(t, m, 5*time.Second, func() bool { return totals(c, "db", "d_long").hold > 0 })
+	waitFor(t, m, 5*time.Second, func() bool { return totals(c, "db", "d_long").Hold > 0 })
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, m, 5*time.Second, func() bool { return totals(c, "db", "d_long").stmts == 1 })
+	waitFor(t, m, 5*time.Second, func() bool { return totals(c, "db", "d_long").Stmts == 1 })
 	for tag, want := range map[string]float64{"d_short": 0.3, "d_long": 1.2} {
 		f := totals(c, "db", tag)
-		t.Logf("%s: %.3f s, %v statements", tag, f.hold, f.stmts)
-		if f.stmts != 1 || math.Abs(f.hold-want) > 0.05 {
-			t.Errorf("%s: %.3f s over %v statements; want %.1f s, 1 statement", tag, f.hold, f.stmts, want)
+		t.Logf("%s: %.3f s, %v statements", tag, f.Hold, f.Stmts)
+		if f.Stmts != 1 || math.Abs(f.Hold-want) > 0.05 {
+			t.Errorf("%s: %.3f s over %v statements; want %.1f s, 1 statement", tag, f.Hold, f.Stmts, want)
 		}
 	}
 }
@@ -198,9 +198,9 @@ func TestServerStatementCountKeepsUp(t *testing.T) {
 		}
 	}
 	t.Logf("%d statements in %v (%.0f/s), %d polls: counted %v, lower bound %v", ran.Load(), elapsed.Round(time.Millisecond),
-		float64(ran.Load())/elapsed.Seconds(), polls, f.stmts, lower)
-	if f.stmts != float64(ran.Load()) || lower {
-		t.Errorf("counted %v statements (lower bound: %v); the clients ran %d", f.stmts, lower, ran.Load())
+		float64(ran.Load())/elapsed.Seconds(), polls, f.Stmts, lower)
+	if f.Stmts != float64(ran.Load()) || lower {
+		t.Errorf("counted %v statements (lower bound: %v); the clients ran %d", f.Stmts, lower, ran.Load())
 	}
 }
 
@@ -227,10 +227,10 @@ func TestServerGoneSessionEarnsNothing(t *testing.T) {
 	if _, err := conn.ExecContext(ctx, "/* conn_tag:doomed */ SELECT * FROM t FOR UPDATE"); err != nil {
 		t.Fatal(err)
 	}
-	if !waitFor(t, m, 5*time.Second, func() bool { return totals(c, "db", "doomed").hold > 0.3 }) {
+	if !waitFor(t, m, 5*time.Second, func() bool { return totals(c, "db", "doomed").Hold > 0.3 }) {
 		t.Fatal("the open transaction is never credited")
 	}
-	before := totals(c, "db", "doomed").hold
+	before := totals(c, "db", "doomed").Hold
 	if _, err := d.Target.Admin().ExecContext(ctx, fmt.Sprintf("KILL %d", id)); err != nil {
 		t.Fatal(err)
 	}
@@ -240,7 +240,7 @@ func TestServerGoneSessionEarnsNothing(t *testing.T) {
 	if err := m.poll(ctx); err != nil {
 		t.Fatal(err)
 	}
-	after := totals(c, "db", "doomed").hold
+	after := totals(c, "db", "doomed").Hold
 	t.Logf("doomed: %.3f s before the kill, %.3f s after a poll 1 s later", before, after)
 	if after != before {
 		t.Errorf("a killed session earned %.3f s after the last poll that listed it", after-before)
@@ -343,7 +343,7 @@ func TestServerWithoutPerformanceSchema(t *testing.T) {
 	if _, err := tx.ExecContext(ctx, "/* conn_tag:quiet */ SELECT COUNT(*) FROM h.t FOR UPDATE"); err != nil {
 		t.Fatal(err)
 	}
-	if !waitFor(t, m, 5*time.Second, func() bool { return totals(c, "db", UnknownTag).hold+totals(c, "db", "quiet").hold > 0.2 }) {
+	if !waitFor(t, m, 5*time.Second, func() bool { return totals(c, "db", UnknownTag).Hold+totals(c, "db", "quiet").Hold > 0.2 }) {
 		t.Error("the open transaction is not reported")
 	}
 	st := c.Sources()[0]
@@ -504,10 +504,10 @@ func TestServerRestartForgetsDeadSessions(t *testing.T) {
 		return ids
 	}
 	firstIDs := holders(first, "dead", true, nil)
-	if !waitFor(t, m, 5*time.Second, func() bool { return totals(c, "db", "dead").hold > 0.5 }) {
+	if !waitFor(t, m, 5*time.Second, func() bool { return totals(c, "db", "dead").Hold > 0.5 }) {
 		t.Fatal("the first server's transactions are never credited")
 	}
-	dead := totals(c, "db", "dead").hold
+	dead := totals(c, "db", "dead").Hold
 	// The server goes away, comes back empty, and sessions connect again
 	// in the same order, so with the same ids.
 	proxy.switchTo("127.0.0.1:1")
@@ -522,7 +522,7 @@ func TestServerRestartForgetsDeadSessions(t *testing.T) {
 		pollOK(t, m)
 		time.Sleep(MinServerInterval)
 	}
-	if got := totals(c, "db", "dead").hold; got != dead {
+	if got := totals(c, "db", "dead").Hold; got != dead {
 		t.Errorf("sessions that died with the server earned %.3f s after the restart", got-dead)
 	}
 	admin, err := sql.Open("mysql", second.DSN(""))
@@ -531,7 +531,7 @@ func TestServerRestartForgetsDeadSessions(t *testing.T) {
 	}
 	defer admin.Close()
 	admin.ExecContext(ctx, "/* conn_tag:after_restart */ SELECT SLEEP(0.2)")
-	if !waitFor(t, m, 5*time.Second, func() bool { return totals(c, "db", "after_restart").stmts == 1 }) {
+	if !waitFor(t, m, 5*time.Second, func() bool { return totals(c, "db", "after_restart").Stmts == 1 }) {
 		t.Errorf("a statement on the restarted server is not counted: %+v", totals(c, "db", "after_restart"))
 	}
 }
@@ -602,9 +602,9 @@ func TestServerTransactionBounds(t *testing.T) {
 	close(stop)
 	<-done
 	f := totals(c, "db", "bounded")
-	t.Logf("client %.3f s, server source %.3f s (%+.1f%%)", client.Seconds(), f.hold, pct(f.hold, client.Seconds()))
-	if math.Abs(pct(f.hold, client.Seconds())) > 3 {
-		t.Errorf("server-side hold %.3f s, the client held its transactions %.3f s", f.hold, client.Seconds())
+	t.Logf("client %.3f s, server source %.3f s (%+.1f%%)", client.Seconds(), f.Hold, pct(f.Hold, client.Seconds()))
+	if math.Abs(pct(f.Hold, client.Seconds())) > 3 {
+		t.Errorf("server-side hold %.3f s, the client held its transactions %.3f s", f.Hold, client.Seconds())
 	}
 }
 
@@ -624,14 +624,14 @@ func TestServerPreparedStatement(t *testing.T) {
 		_, err := db.Exec("/* conn_tag:prepared */ SELECT SLEEP(?)", 1.2)
 		done <- err
 	}()
-	waitFor(t, m, 5*time.Second, func() bool { return totals(c, "db", "prepared").hold > 0.5 })
+	waitFor(t, m, 5*time.Second, func() bool { return totals(c, "db", "prepared").Hold > 0.5 })
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, m, 5*time.Second, func() bool { return totals(c, "db", "prepared").stmts > 0 })
+	waitFor(t, m, 5*time.Second, func() bool { return totals(c, "db", "prepared").Stmts > 0 })
 	f, u := totals(c, "db", "prepared"), totals(c, "db", UntaggedTag)
-	t.Logf("prepared: %.3f s, %v statements; untagged %.3f s, %v statements", f.hold, f.stmts, u.hold, u.stmts)
-	if math.Abs(f.hold-1.2) > 0.06 || f.stmts != 1 || u.hold > 0 {
+	t.Logf("prepared: %.3f s, %v statements; untagged %.3f s, %v statements", f.Hold, f.Stmts, u.Hold, u.Stmts)
+	if math.Abs(f.Hold-1.2) > 0.06 || f.Stmts != 1 || u.Hold > 0 {
 		t.Errorf("prepared statement: %+v, untagged %+v; want 1.2 s and 1 statement under its tag", f, u)
 	}
 }

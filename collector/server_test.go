@@ -136,13 +136,13 @@ func TestServerSourceWorkload(t *testing.T) {
 			continue
 		}
 		t.Logf("%-14s client %.3f s  server source %.3f s (%+.1f%%)  idle %.3f  statements %v/%d",
-			tag, want.Seconds(), e.total.hold, pct(e.total.hold, want.Seconds()), e.total.idle, e.total.stmts, stmts[tag])
-		if math.Abs(pct(e.total.hold, want.Seconds())) > 15 {
-			t.Errorf("%s: server-side hold %.3f s, client %.3f s: more than 15%% off", tag, e.total.hold, want.Seconds())
+			tag, want.Seconds(), e.total.Hold, pct(e.total.Hold, want.Seconds()), e.total.Idle, e.total.Stmts, stmts[tag])
+		if math.Abs(pct(e.total.Hold, want.Seconds())) > 15 {
+			t.Errorf("%s: server-side hold %.3f s, client %.3f s: more than 15%% off", tag, e.total.Hold, want.Seconds())
 		}
 	}
-	if e := c.st.series[seriesKey{"db", SourceMySQL}].tags[UnknownTag]; e != nil && e.total.hold > 0.1 {
-		t.Errorf("%.3f s unknown", e.total.hold)
+	if e := c.st.series[seriesKey{"db", SourceMySQL}].tags[UnknownTag]; e != nil && e.total.Hold > 0.1 {
+		t.Errorf("%.3f s unknown", e.total.Hold)
 	}
 }
 
@@ -251,7 +251,7 @@ func TestServerDriverStatementsNameNothing(t *testing.T) {
 	sr := c.st.series[seriesKey{"db", SourceMySQL}]
 	got := func(tag string) float64 {
 		if e := sr.tags[tag]; e != nil {
-			return e.total.hold
+			return e.total.Hold
 		}
 		return 0
 	}

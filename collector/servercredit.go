@@ -181,11 +181,11 @@ func (m *mysqlTarget) creditHeld(p *serverPoll, h heldRow) {
 	}
 	sec := min(max(end.Sub(p.prevAt), 0), m.maxGap).Seconds()
 	f := h.carry
-	f.hold += sec
+	f.Hold += sec
 	if h.idle {
-		f.idle += sec
+		f.Idle += sec
 	} else {
-		f.active += sec
+		f.Active += sec
 	}
 	if tag == UnknownTag && m.hints != nil {
 		// An app span naming this connection (conntag's
@@ -193,7 +193,7 @@ func (m *mysqlTarget) creditHeld(p *serverPoll, h heldRow) {
 		m.pendingHold = append(m.pendingHold, serverPending{id: h.id, from: p.prevAt, to: end, f: f})
 		return
 	}
-	m.delta(tag).add(&f)
+	m.delta(tag).Add(&f)
 }
 
 // heldTag names a session held without a known tag at the last poll (a
@@ -248,7 +248,7 @@ func (m *mysqlTarget) holdNow(p *serverPoll) serverNow {
 		// transaction.
 		if t || !p.runningNow[r.id] && !m.setup.running {
 			if tag != UnknownTag {
-				m.delta(tag).add(&carry)
+				m.delta(tag).Add(&carry)
 				carry = figures{}
 			}
 			m.held = append(m.held, heldRow{id: r.id, tag: tag, idle: !active, inTrx: t, carry: carry})
@@ -283,14 +283,14 @@ func (m *mysqlTarget) carryOf(p *serverPoll, r *serverRow, sess *serverSession, 
 		if from.Before(p.prevAt) {
 			from = p.prevAt
 		}
-		carry.hold = max(p.at.Sub(from).Seconds(), 0)
+		carry.Hold = max(p.at.Sub(from).Seconds(), 0)
 		if w != nil {
 			for _, ps := range w.pending {
-				carry.active += ps.sec
+				carry.Active += ps.sec
 			}
 		}
-		carry.active = min(carry.active+p.runningIn[r.id], carry.hold)
-		carry.idle = carry.hold - carry.active
+		carry.Active = min(carry.Active+p.runningIn[r.id], carry.Hold)
+		carry.Idle = carry.Hold - carry.Active
 	} else if w != nil {
 		for _, ps := range w.pending {
 			m.credit(ps.tag, ps.sec)
@@ -467,9 +467,9 @@ func (m *mysqlTarget) completedStmt(st *stmtRow, wins map[int64]*trxWindow, samp
 	}
 	if m.primed {
 		d := m.delta(tag)
-		d.stmts++
+		d.Stmts++
 		if st.errs > 0 {
-			d.errors++
+			d.Errors++
 		}
 	}
 	return tag, true

@@ -75,9 +75,9 @@ func TestDigestTagChecks(t *testing.T) {
 	d := newDigestState()
 	t0 := time.Now()
 	batch := map[string]*tagDelta{
-		"known":                          {figures: figures{stmts: 3}},
-		"ghost":                          {figures: figures{stmts: 2}},
-		malformedDigest("/* conn_tag:x"): {figures: figures{stmts: 1}},
+		"known":                          {Figures: figures{Stmts: 3}},
+		"ghost":                          {Figures: figures{Stmts: 2}},
+		malformedDigest("/* conn_tag:x"): {Figures: figures{Stmts: 1}},
 	}
 	seen := map[string]bool{"known": true}
 	n, sample := d.checkTags(t0, batch, func(tag string) bool { return seen[tag] })
@@ -87,11 +87,11 @@ func TestDigestTagChecks(t *testing.T) {
 	// Shown by another source since: its held figures come back.
 	seen["ghost"] = true
 	batch = map[string]*tagDelta{}
-	if n, _ := d.checkTags(t0.Add(time.Second), batch, func(tag string) bool { return seen[tag] }); n != 0 || batch["ghost"] == nil || batch["ghost"].stmts != 2 {
+	if n, _ := d.checkTags(t0.Add(time.Second), batch, func(tag string) bool { return seen[tag] }); n != 0 || batch["ghost"] == nil || batch["ghost"].Stmts != 2 {
 		t.Fatalf("confirmed tag: rejected %d, batch %v", n, batch)
 	}
 	// Never shown elsewhere: rejected after digestHold.
-	batch = map[string]*tagDelta{"junk": {figures: figures{stmts: 5}}}
+	batch = map[string]*tagDelta{"junk": {Figures: figures{Stmts: 5}}}
 	d.checkTags(t0, batch, func(string) bool { return false })
 	batch = map[string]*tagDelta{}
 	if n, sample := d.checkTags(t0.Add(digestHold+time.Second), batch, func(string) bool { return false }); n != 1 || len(batch) != 0 || sample == "" {

@@ -146,7 +146,7 @@ func TestLiveProxySQLSetups(t *testing.T) {
 			out[src] = map[string]float64{}
 			if sr := s.c.st.series[seriesKey{"px", src}]; sr != nil {
 				for tag, e := range sr.tags {
-					out[src][tag] = e.total.hold
+					out[src][tag] = e.total.Hold
 				}
 			}
 		}

@@ -12,13 +12,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// OpenTelemetry's names for the address a client connection dialled
-// (semantic conventions, "server.address" and "server.port").
-const (
-	attrServerAddress = "server.address"
-	attrServerPort    = "server.port"
-)
-
 // defaultMySQLPort is the port of a server.address without server.port:
 // the conventions leave the port out when it is the protocol's default.
 const defaultMySQLPort = 3306
@@ -164,7 +157,8 @@ func (r *spanRouter) connect(cfg Config, key string, sink hintSink) {
 
 // route offers a hold span's session hint to its target, or counts it.
 // haveAddr is false when the span named no server.address.
-func (r *spanRouter) route(host string, port int64, haveAddr bool, id int64, h sessionHint) {
+// Route gives h to the target whose client address the span names.
+func (r *spanRouter) Route(host string, port int64, haveAddr bool, id int64, h sessionHint) {
 	if !haveAddr {
 		if r.sole != nil {
 			r.sole(id, h)

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/holdtime/holdtime/collector/internal/otlp"
 	otelattr "go.opentelemetry.io/otel/attribute"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 )
@@ -33,8 +34,8 @@ func newDialledAddress(t *testing.T, addr string) sdktrace.SpanProcessor {
 }
 
 func (d dialledAddress) OnStart(_ context.Context, s sdktrace.ReadWriteSpan) {
-	if s.Name() == spanHold {
-		s.SetAttributes(otelattr.String(attrServerAddress, d.host), otelattr.Int64(attrServerPort, d.port))
+	if s.Name() == otlp.SpanHold {
+		s.SetAttributes(otelattr.String(otlp.AttrServerAddress, d.host), otelattr.Int64(otlp.AttrServerPort, d.port))
 	}
 }
 func (dialledAddress) OnEnd(sdktrace.ReadOnlySpan)      {}

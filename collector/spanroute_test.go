@@ -57,7 +57,7 @@ func TestSpanRouterNeverGuessesAnInstance(t *testing.T) {
 				}
 			}
 			for _, s := range tc.spans {
-				r.route(s.host, s.port, s.host != "", 7, sessionHint{tag: "t", start: time.Now(), end: time.Now()})
+				r.Route(s.host, s.port, s.host != "", 7, sessionHint{Tag: "t", Start: time.Now(), End: time.Now()})
 			}
 			for target, n := range tc.want {
 				if got[target] != n {

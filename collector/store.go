@@ -1,6 +1,7 @@
 package collector
 
 import (
+	"github.com/holdtime/holdtime/collector/internal/source"
 	"math"
 	"strings"
 	"sync"
@@ -24,34 +25,12 @@ const (
 	SourceProxySQLPool Source = "proxysql_pool"
 )
 
-// figures are the additive per-tag quantities. Seconds are float64 because
-// sampled holds are fractions of a sample interval.
-type figures struct {
-	hold, idle, active, stmts, errors float64
-	// wait is time statements spent waiting for a connection (ProxySQL:
-	// for a backend), not part of hold.
-	wait float64
-}
-
-// sane reports whether every figure is finite and not negative: what a
-// counter may be moved by. NaN fails every comparison, so it fails here.
-func (f *figures) sane() bool {
-	for _, v := range [...]float64{f.hold, f.idle, f.active, f.stmts, f.errors, f.wait} {
-		if !(v >= 0 && v <= math.MaxFloat64) {
-			return false
-		}
-	}
-	return true
-}
-
-func (f *figures) add(g *figures) {
-	f.hold += g.hold
-	f.idle += g.idle
-	f.active += g.active
-	f.stmts += g.stmts
-	f.errors += g.errors
-	f.wait += g.wait
-}
+// figures and tagDelta are what sources write (package source); the store
+// keeps them per tag.
+type (
+	figures  = source.Figures
+	tagDelta = source.TagDelta
+)
 
 // Window resolution: 1 s buckets for the 10 s window, 5 s buckets for the
 // 1 m and 5 m windows. Two small rings instead of one 300-slot ring keep an
@@ -76,18 +55,18 @@ type entry struct {
 }
 
 func (e *entry) addAt(sec int64, f *figures) {
-	e.total.add(f)
+	e.total.Add(f)
 	b := &e.fine[sec%fineBuckets]
 	if b.sec != sec {
 		*b = bucket{sec: sec}
 	}
-	b.f.add(f)
+	b.f.Add(f)
 	cs := sec - sec%coarseSpan
 	c := &e.coarse[(sec/coarseSpan)%coarseBuckets]
 	if c.sec != cs {
 		*c = bucket{sec: cs}
 	}
-	c.f.add(f)
+	c.f.Add(f)
 }
 
 // window sums the buckets covering the last w seconds before now and
@@ -100,7 +79,7 @@ func (e *entry) window(now time.Time, w time.Duration) (figures, float64) {
 		oldest = nowSec - int64(w/time.Second) + 1
 		for i := range e.fine {
 			if b := &e.fine[i]; b.sec >= oldest && b.sec <= nowSec {
-				sum.add(&b.f)
+				sum.Add(&b.f)
 			}
 		}
 	} else {
@@ -108,7 +87,7 @@ func (e *entry) window(now time.Time, w time.Duration) (figures, float64) {
 		oldest = cur - int64(w/time.Second) + coarseSpan
 		for i := range e.coarse {
 			if b := &e.coarse[i]; b.sec >= oldest && b.sec <= cur {
-				sum.add(&b.f)
+				sum.Add(&b.f)
 			}
 		}
 	}
@@ -236,15 +215,18 @@ func (s *store) entryFor(sr *series, tag string, n float64) *entry {
 	return e
 }
 
-// tagDelta is what one source adds for one tag in one batch.
-type tagDelta struct {
-	figures
-	pinnedSecs map[string]float64
-	// obs is how many observations (spans, holds, sampled rows) the delta
-	// sums: what holdtime_collector_tags_overflow_total counts when the
-	// tag goes to OverflowTag. Zero counts as one.
-	obs float64
+// storeSink is the write-only view of the store that one source of one
+// target gets (the OTLP receiver's Sink): it adds figures and reports how
+// the source is, and reads nothing back.
+type storeSink struct {
+	st     *store
+	target string
+	source Source
 }
+
+func (s storeSink) Add(batch map[string]*tagDelta) { s.st.add(s.target, s.source, batch) }
+func (s storeSink) Success()                       { s.st.success(s.target, s.source) }
+func (s storeSink) Malformed(n int)                { s.st.malformed(s.target, s.source, n) }
 
 // add adds a batch of per-tag figures at the collector's current time. A
 // delta that would move a counter backwards or make it NaN is dropped and
@@ -259,16 +241,16 @@ func (s *store) add(target string, source Source, batch map[string]*tagDelta) {
 	sec := s.now().Unix()
 	sr := s.get(target, source)
 	for tag, d := range batch {
-		if !d.sane() || !saneSeconds(d.pinnedSecs) {
+		if !d.Sane() || !saneSeconds(d.PinnedSecs) {
 			sr.malformed++
 			continue
 		}
-		if d.figures == (figures{}) && len(d.pinnedSecs) == 0 {
+		if d.Figures == (figures{}) && len(d.PinnedSecs) == 0 {
 			continue // nothing to add: no series for it
 		}
-		e := s.entryFor(sr, tag, max(d.obs, 1))
-		e.addAt(sec, &d.figures)
-		for reason, v := range d.pinnedSecs {
+		e := s.entryFor(sr, tag, max(d.Obs, 1))
+		e.addAt(sec, &d.Figures)
+		for reason, v := range d.PinnedSecs {
 			if e.pinnedSecs == nil {
 				e.pinnedSecs = make(map[string]float64)
 			}
@@ -283,7 +265,7 @@ func (s *store) addOne(target string, source Source, tag string, f *figures) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	sr := s.get(target, source)
-	if !f.sane() {
+	if !f.Sane() {
 		sr.malformed++
 		return
 	}

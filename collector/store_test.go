@@ -11,17 +11,17 @@ import (
 // makes no series.
 func TestStoreKeepsCountersMonotonic(t *testing.T) {
 	st := newStore(10, time.Now)
-	st.addOne("t", SourceOTLP, "a", &figures{hold: 2, active: 1, idle: 1, stmts: 3})
+	st.addOne("t", SourceOTLP, "a", &figures{Hold: 2, Active: 1, Idle: 1, Stmts: 3})
 	for _, f := range []figures{
-		{hold: math.NaN()}, {hold: -1}, {active: math.Inf(1)}, {idle: -0.5}, {stmts: math.Inf(-1)}, {errors: -1},
+		{Hold: math.NaN()}, {Hold: -1}, {Active: math.Inf(1)}, {Idle: -0.5}, {Stmts: math.Inf(-1)}, {Errors: -1},
 	} {
 		st.addOne("t", SourceOTLP, "a", &f)
-		st.add("t", SourceOTLP, map[string]*tagDelta{"a": {figures: f}})
+		st.add("t", SourceOTLP, map[string]*tagDelta{"a": {Figures: f}})
 	}
-	st.add("t", SourceOTLP, map[string]*tagDelta{"a": {pinnedSecs: map[string]float64{"x": math.NaN()}}})
+	st.add("t", SourceOTLP, map[string]*tagDelta{"a": {PinnedSecs: map[string]float64{"x": math.NaN()}}})
 	st.add("t", SourceOTLP, map[string]*tagDelta{"empty": {}})
 	sr := st.series[seriesKey{"t", SourceOTLP}]
-	if got := sr.tags["a"].total; got != (figures{hold: 2, active: 1, idle: 1, stmts: 3}) {
+	if got := sr.tags["a"].total; got != (figures{Hold: 2, Active: 1, Idle: 1, Stmts: 3}) {
 		t.Errorf("a: %+v; the bad deltas moved it", got)
 	}
 	if sr.malformed != 13 {

@@ -118,7 +118,7 @@ func TestFollowedLogRejectsAbsurdTimes(t *testing.T) {
 		}
 		for tag, e := range sr.tags {
 			f, p := e.total, prev[tag]
-			for _, v := range [][2]float64{{f.hold, p.hold}, {f.active, p.active}, {f.idle, p.idle}, {f.stmts, p.stmts}} {
+			for _, v := range [][2]float64{{f.Hold, p.Hold}, {f.Active, p.Active}, {f.Idle, p.Idle}, {f.Stmts, p.Stmts}} {
 				if !(v[0] >= v[1]) || math.IsInf(v[0], 0) {
 					t.Fatalf("%s: %s went from %+v to %+v", when, tag, p, f)
 				}
@@ -152,7 +152,7 @@ func TestFollowedLogRejectsAbsurdTimes(t *testing.T) {
 	if sr.malformed != float64(len(absurdLines(now))) {
 		t.Errorf("malformed %v, want %d", sr.malformed, len(absurdLines(now)))
 	}
-	if got := sr.tags["real"].total.stmts; got != float64(n) {
+	if got := sr.tags["real"].total.Stmts; got != float64(n) {
 		t.Errorf("real statements %v, want %d: a real line was lost", got, n)
 	}
 }
@@ -206,7 +206,7 @@ func TestTailerReportsRemovedLog(t *testing.T) {
 				c.st.mu.Lock()
 				defer c.st.mu.Unlock()
 				if e := c.st.series[seriesKey{"px", SourceProxySQLEvents}].tags[tag]; e != nil {
-					return e.total.stmts
+					return e.total.Stmts
 				}
 				return 0
 			}

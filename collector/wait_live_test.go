@@ -145,7 +145,7 @@ func TestLiveProxySQLWhoWaits(t *testing.T) {
 		for _, src := range []Source{SourceProxySQLEvents, SourceProxySQLProcesslist} {
 			if sr := c.st.series[seriesKey{"px", src}]; sr != nil {
 				for tag, e := range sr.tags {
-					fmt.Fprintf(&b, "%s%s%v%v ", src, tag, e.total.wait, e.total.hold)
+					fmt.Fprintf(&b, "%s%s%v%v ", src, tag, e.total.Wait, e.total.Hold)
 				}
 			}
 		}

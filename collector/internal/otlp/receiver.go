@@ -1,4 +1,8 @@
-package collector
+// Package otlp is the collector's one push source: an http.Handler that
+// takes conntag's spans over OTLP/HTTP and writes their per-tag figures to
+// a Sink, and gives each hold span's session hint to the one target the
+// span went through (Router).
+package otlp
 
 import (
 	"compress/gzip"
@@ -17,20 +21,41 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/holdtime/holdtime/collector/internal/source"
 	"github.com/holdtime/holdtime/conntag"
 )
 
-// conntag's span vocabulary (conntag/hold.go, conntag/instr.go).
+// conntag's span vocabulary (conntag/hold.go, conntag/instr.go), and
+// OpenTelemetry's names of the address a connection dialled.
 const (
-	spanHold          = "db.connection.hold"
-	attrConnTag       = "conn_tag"
-	attrOperationName = "db.operation.name"
-	attrActiveSeconds = "holdtime.hold.active_seconds"
-	attrIdleSeconds   = "holdtime.hold.idle_seconds"
-	attrSessionID     = "holdtime.session_id"
+	SpanHold          = "db.connection.hold"
+	AttrConnTag       = "conn_tag"
+	AttrOperationName = "db.operation.name"
+	AttrActiveSeconds = "holdtime.hold.active_seconds"
+	AttrIdleSeconds   = "holdtime.hold.idle_seconds"
+	AttrSessionID     = "holdtime.session_id"
+	AttrServerAddress = "server.address"
+	AttrServerPort    = "server.port"
 )
 
-// otlpReceiver takes conntag's spans over OTLP/HTTP (/v1/traces, protobuf or
+// Sink is where the receiver writes: the store, for the receiver's target
+// and source. It is all the receiver knows of it.
+type Sink interface {
+	// Add adds a batch of per-tag figures.
+	Add(batch map[string]*source.TagDelta)
+	// Success marks an export received: the app's exporter works.
+	Success()
+	// Malformed counts n rejected spans or requests.
+	Malformed(n int)
+}
+
+// Router gives a hold span's session hint to the one target the span went
+// through, by the address it names (haveAddr false: it names none).
+type Router interface {
+	Route(host string, port int64, haveAddr bool, session int64, h source.Hint)
+}
+
+// Receiver takes conntag's spans over OTLP/HTTP (/v1/traces, protobuf or
 // JSON, optionally gzip): hold spans give app-side hold, active and idle
 // seconds per tag; statement spans give statements and errors (the hold
 // span's holdtime.hold.statements is not added: it would count them twice). A hold span
@@ -38,14 +63,17 @@ const (
 // processlist id), which the ProxySQL source uses for sampled hold it could
 // not tag. Other spans are ignored: the receiver can sit behind an
 // OpenTelemetry Collector that forwards everything.
-type otlpReceiver struct {
-	c       *Collector
-	target  string
-	maxBody int64
-	router  *spanRouter
+type Receiver struct {
+	Sink   Sink
+	Router Router
+	// MaxTags bounds the distinct tags of one batch written to Sink.
+	MaxTags int
+	// MaxBody caps one export request, in bytes.
+	MaxBody int64
 }
 
-func (o *otlpReceiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+// ServeHTTP takes one export request.
+func (o *Receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	var unmarshal func([]byte, proto.Message) error
 	var marshal func(proto.Message) ([]byte, error)
@@ -59,7 +87,7 @@ func (o *otlpReceiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "Content-Type must be application/x-protobuf or application/json", http.StatusUnsupportedMediaType)
 		return
 	}
-	var body io.Reader = http.MaxBytesReader(w, r.Body, o.maxBody)
+	var body io.Reader = http.MaxBytesReader(w, r.Body, o.MaxBody)
 	enc := strings.ToLower(strings.TrimSpace(r.Header.Get("Content-Encoding")))
 	switch enc {
 	case "", "identity", "gzip":
@@ -76,20 +104,20 @@ func (o *otlpReceiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		defer zr.Close()
-		body = io.LimitReader(zr, o.maxBody+1)
+		body = io.LimitReader(zr, o.MaxBody+1)
 	}
 	b, err := io.ReadAll(body)
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
-			http.Error(w, fmt.Sprintf("request larger than %d bytes: export smaller batches", o.maxBody), http.StatusRequestEntityTooLarge)
+			http.Error(w, fmt.Sprintf("request larger than %d bytes: export smaller batches", o.MaxBody), http.StatusRequestEntityTooLarge)
 			return
 		}
 		o.bad(w, "read body: "+err.Error())
 		return
 	}
-	if int64(len(b)) > o.maxBody {
-		http.Error(w, fmt.Sprintf("request larger than %d bytes: export smaller batches", o.maxBody), http.StatusRequestEntityTooLarge)
+	if int64(len(b)) > o.MaxBody {
+		http.Error(w, fmt.Sprintf("request larger than %d bytes: export smaller batches", o.MaxBody), http.StatusRequestEntityTooLarge)
 		return
 	}
 	var req coltrace.ExportTraceServiceRequest
@@ -99,7 +127,7 @@ func (o *otlpReceiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	rejected := o.ingest(&req)
 	// Every accepted export, spans or not, shows the app's exporter works.
-	o.c.st.success(o.target, SourceOTLP)
+	o.Sink.Success()
 	resp := &coltrace.ExportTraceServiceResponse{}
 	if rejected > 0 {
 		resp.PartialSuccess = &coltrace.ExportTracePartialSuccess{RejectedSpans: rejected,
@@ -114,24 +142,24 @@ func (o *otlpReceiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Write(out)
 }
 
-func (o *otlpReceiver) bad(w http.ResponseWriter, msg string) {
-	o.c.st.malformed(o.target, SourceOTLP, 1)
+func (o *Receiver) bad(w http.ResponseWriter, msg string) {
+	o.Sink.Malformed(1)
 	http.Error(w, msg, http.StatusBadRequest)
 }
 
 // ingest adds the request's conntag spans to the store and returns how many
 // were rejected.
-func (o *otlpReceiver) ingest(req *coltrace.ExportTraceServiceRequest) int64 {
-	batch := map[string]*tagDelta{}
+func (o *Receiver) ingest(req *coltrace.ExportTraceServiceRequest) int64 {
+	batch := map[string]*source.TagDelta{}
 	var rejected int64
 	now := time.Now()
 	for _, rs := range req.GetResourceSpans() {
 		for _, ss := range rs.GetScopeSpans() {
 			for _, sp := range ss.GetSpans() {
-				if len(batch) >= o.c.cfg.MaxTags {
+				if len(batch) >= o.MaxTags {
 					// Bound the batch's memory; the store decides what
 					// overflows, span by span.
-					o.c.st.add(o.target, SourceOTLP, batch)
+					o.Sink.Add(batch)
 					clear(batch)
 				}
 				if !o.span(sp, batch, now) {
@@ -140,8 +168,8 @@ func (o *otlpReceiver) ingest(req *coltrace.ExportTraceServiceRequest) int64 {
 			}
 		}
 	}
-	o.c.st.add(o.target, SourceOTLP, batch)
-	o.c.st.malformed(o.target, SourceOTLP, int(rejected))
+	o.Sink.Add(batch)
+	o.Sink.Malformed(int(rejected))
 	return rejected
 }
 
@@ -152,7 +180,7 @@ const maxHoldSeconds = 7 * 24 * 3600
 // span handles one span; it returns false for a conntag span it had to skip.
 // A span is checked whole before anything of it is added: a rejected span
 // leaves no trace but the malformed count.
-func (o *otlpReceiver) span(sp *tracepb.Span, batch map[string]*tagDelta, now time.Time) bool {
+func (o *Receiver) span(sp *tracepb.Span, batch map[string]*source.TagDelta, now time.Time) bool {
 	var tag, op string
 	var active, idle float64
 	var session, port int64
@@ -161,27 +189,27 @@ func (o *otlpReceiver) span(sp *tracepb.Span, batch map[string]*tagDelta, now ti
 	for _, kv := range sp.GetAttributes() {
 		v := kv.GetValue()
 		switch kv.GetKey() {
-		case attrConnTag:
+		case AttrConnTag:
 			tag, haveTag = v.GetStringValue(), true
-		case attrOperationName:
+		case AttrOperationName:
 			op = v.GetStringValue()
-		case attrActiveSeconds:
+		case AttrActiveSeconds:
 			if active, ok = seconds64(v); !ok {
 				return !isHoldCandidate(sp)
 			}
 			haveActive = true
-		case attrIdleSeconds:
+		case AttrIdleSeconds:
 			if idle, ok = seconds64(v); !ok {
 				return !isHoldCandidate(sp)
 			}
 			haveIdle = true
-		case attrSessionID:
+		case AttrSessionID:
 			if session, ok = sessionID(v); !ok {
 				return !isHoldCandidate(sp)
 			}
-		case attrServerAddress:
+		case AttrServerAddress:
 			host, haveHost = v.GetStringValue(), v.GetStringValue() != ""
-		case attrServerPort:
+		case AttrServerPort:
 			port = v.GetIntValue()
 		}
 	}
@@ -193,15 +221,15 @@ func (o *otlpReceiver) span(sp *tracepb.Span, batch map[string]*tagDelta, now ti
 		// from: conntag's spans carry SanitizeTag's output.
 		return false
 	}
-	var f figures
+	var f source.Figures
 	start, end := sp.GetStartTimeUnixNano(), sp.GetEndTimeUnixNano()
-	if sp.GetName() != spanHold {
+	if sp.GetName() != SpanHold {
 		if op == "" {
 			return true
 		}
-		f.stmts = 1
+		f.Stmts = 1
 		if sp.GetStatus().GetCode() == tracepb.Status_STATUS_CODE_ERROR {
-			f.errors = 1
+			f.Errors = 1
 		}
 	} else {
 		// The times bound the session hint even when active and idle
@@ -216,29 +244,29 @@ func (o *otlpReceiver) span(sp *tracepb.Span, batch map[string]*tagDelta, now ti
 		if !(hold >= 0 && hold <= maxHoldSeconds) {
 			return false
 		}
-		f.hold = hold
+		f.Hold = hold
 		switch {
 		case haveActive:
-			f.active = min(active, hold)
-			f.idle = hold - f.active
+			f.Active = min(active, hold)
+			f.Idle = hold - f.Active
 		case haveIdle:
-			f.idle = min(idle, hold)
-			f.active = hold - f.idle
+			f.Idle = min(idle, hold)
+			f.Active = hold - f.Idle
 		}
 	}
 	d := batch[tag]
 	if d == nil {
-		d = &tagDelta{}
+		d = &source.TagDelta{}
 		batch[tag] = d
 	}
-	d.add(&f)
-	d.obs++
-	if session > 0 && sp.GetName() == spanHold {
+	d.Add(&f)
+	d.Obs++
+	if session > 0 && sp.GetName() == SpanHold {
 		// The session id is the ProxySQL session of the instance the app
 		// dialled or, connected directly, the server's connection id (the
 		// app↔server join): only that target may read it.
-		h := sessionHint{tag: tag, start: time.Unix(0, int64(start)), end: time.Unix(0, int64(end)), received: now}
-		o.router.route(host, port, haveHost, session, h)
+		h := source.Hint{Tag: tag, Start: time.Unix(0, int64(start)), End: time.Unix(0, int64(end)), Received: now}
+		o.Router.Route(host, port, haveHost, session, h)
 	}
 	return true
 }
@@ -248,7 +276,7 @@ func (o *otlpReceiver) span(sp *tracepb.Span, batch map[string]*tagDelta, now ti
 // business.
 func isHoldCandidate(sp *tracepb.Span) bool {
 	for _, kv := range sp.GetAttributes() {
-		if kv.GetKey() == attrConnTag {
+		if kv.GetKey() == AttrConnTag {
 			return true
 		}
 	}

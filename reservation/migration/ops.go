@@ -60,6 +60,7 @@ func (r *Router) Reserve(ctx context.Context, p reservation.ReserveParams) (*res
 	start = time.Now()
 	deadline := res.ExpiresAt.Add(r.cfg.ShadowGrace)
 	sres, serr := r.record(sctx, s, shadow, truth, p.ReservationID, res.Lines, deadline)
+	var cerr error // a catch-up that could not end: the shadow could not be brought level
 	for try := 0; errors.Is(serr, reservation.ErrInsufficientStock); try++ {
 		// The shadow may still hold units the truth's expiry gave back
 		// (the shadow follows expiries after the truth's sweep): catch up
@@ -69,7 +70,7 @@ func (r *Router) Reserve(ctx context.Context, p reservation.ReserveParams) (*res
 		if try > 0 && !r.othersRecording(sctx, s) {
 			break
 		}
-		if r.catchUpShared(sctx, s, shadow) != nil {
+		if cerr = r.catchUpShared(sctx, s, shadow); cerr != nil {
 			break
 		}
 		sres, serr = r.record(sctx, s, shadow, truth, p.ReservationID, res.Lines, deadline)
@@ -87,6 +88,11 @@ func (r *Router) Reserve(ctx context.Context, p reservation.ReserveParams) (*res
 		// (a record slower than the hold's TTL): the truth gave its units
 		// back and may have granted them again, and the shadow, which
 		// never took them, agrees with it.
+	case errors.Is(serr, reservation.ErrInsufficientStock) && cerr != nil:
+		// Short, and the catch-up that would have given it the units the
+		// truth ended failed or ran out of ShadowTimeout: the shadow
+		// could not follow in time, which says nothing of its drift.
+		m.Kind, m.Shadow = KindShadowError, "insufficient_stock; catch-up: "+outcomeText(cerr)
 	case errors.Is(serr, reservation.ErrInsufficientStock):
 		m.Kind = KindShadowShort
 	case serr != nil:

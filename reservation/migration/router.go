@@ -124,7 +124,8 @@ const (
 	// (a reservation id the shadow already knew).
 	KindLines Kind = "lines"
 	// KindShadowError: the shadow failed or timed out (the customer's call
-	// went on).
+	// went on), or, short, could not catch up with the truth's ended holds
+	// in time.
 	KindShadowError Kind = "shadow_error"
 	// KindClaim, KindRelease: the shadow could not follow the truth's end
 	// of a hold (it did not hold it any more, or never did).

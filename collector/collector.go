@@ -468,6 +468,17 @@ func (p *poller) run(ctx context.Context) {
 	}
 }
 
+// runTailer reads an events log under the runner, like every polled
+// source, until ctx ends: it polls every EventsLogPoll, backs off while the
+// file is unreadable (a file error carries no credentials and is no
+// network failure: FailureOther), and marks the source up or down.
+func (c *Collector) runTailer(ctx context.Context, tl *tailer) {
+	defer tl.closeFile()
+	p := &poller{c: c, target: tl.target, source: SourceProxySQLEvents, interval: tl.poll, poll: tl.pollOnce,
+		failure: func(error) Failure { return FailureOther }}
+	p.run(ctx)
+}
+
 func (p *poller) notify(err error) {
 	if p.c.onPoll != nil {
 		p.c.onPoll(p.target, p.source, err)

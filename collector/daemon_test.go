@@ -185,7 +185,7 @@ func TestTailerRotationAndTruncation(t *testing.T) {
 	st := newStore(10, time.Now)
 	c := &Collector{cfg: Config{MaxBackoff: time.Second, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, st: st}
 	ps := newProxySQLSessions("px", st, ProcesslistConfig{}, true, false, time.Second, nil)
-	tl := &tailer{path: prefix, poll: time.Millisecond, c: c, target: "px", sessions: ps, buf: make([]byte, 64)}
+	tl := &tailer{path: prefix, poll: time.Millisecond, sink: storeSink{c.st, "px", SourceProxySQLEvents}, log: c.cfg.Logger, target: "px", sessions: ps, buf: make([]byte, 64)}
 	step := func(first bool) {
 		t.Helper()
 		if err := tl.step(first); err != nil {

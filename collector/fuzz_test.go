@@ -200,13 +200,13 @@ func FuzzEventsLog(f *testing.F) {
 		}
 		h := c.Handler()
 		ps := newProxySQLSessions("px", c.st, ProcesslistConfig{}, true, false, time.Second, nil)
-		tl := &tailer{c: c, target: "px", sessions: ps, name: "events.log"}
+		tl := &tailer{sink: storeSink{c.st, "px", SourceProxySQLEvents}, log: c.cfg.Logger, target: "px", sessions: ps, name: "events.log"}
 		a, b := min(int(cut1), len(log)), min(int(cut2), len(log))
 		a, b = min(a, b), max(a, b)
 		prev := counters{}
 		for i, chunk := range [][]byte{log[:a], log[a:b], log[b:]} {
 			tl.feed(chunk)
-			tl.c.st.malformed("px", SourceProxySQLEvents, tl.bad)
+			tl.sink.Malformed(tl.bad)
 			tl.bad = 0
 			ps.flushEvents()
 			cur := snapshot(c.st)

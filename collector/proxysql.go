@@ -94,9 +94,10 @@ func (t *proxysqlTarget) start(ctx context.Context, wg *sync.WaitGroup) {
 	}
 	run(SourceProxySQLPool, t.cfg.PoolInterval, t.pollPool)
 	if t.cfg.EventsLog != "" {
-		tl := &tailer{path: t.cfg.EventsLog, poll: t.cfg.EventsLogPoll, c: t.c, target: t.cfg.Name, sessions: t.sessions}
+		tl := &tailer{path: t.cfg.EventsLog, poll: t.cfg.EventsLogPoll, target: t.cfg.Name, sessions: t.sessions,
+			sink: storeSink{t.c.st, t.cfg.Name, SourceProxySQLEvents}, log: t.c.cfg.Logger}
 		t.c.st.register(t.cfg.Name, SourceProxySQLEvents)
-		wg.Go(func() { tl.run(ctx) })
+		wg.Go(func() { t.c.runTailer(ctx, tl) })
 	}
 }
 

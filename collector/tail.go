@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"sort"
@@ -31,7 +32,8 @@ const maxEventLine = 16 << 20
 type tailer struct {
 	path     string
 	poll     time.Duration
-	c        *Collector
+	sink     storeSink // the events log source of the target
+	log      *slog.Logger
 	target   string
 	sessions *proxysqlSessions
 
@@ -108,17 +110,6 @@ func isDigits(s string) bool {
 		}
 	}
 	return true
-}
-
-// run reads the log under the runner, like every polled source: it polls
-// every EventsLogPoll, backs off while the file is unreadable (a file
-// error carries no credentials and is no network failure: FailureOther),
-// and marks the source up or down.
-func (t *tailer) run(ctx context.Context) {
-	defer t.closeFile()
-	p := &poller{c: t.c, target: t.target, source: SourceProxySQLEvents, interval: t.poll, poll: t.pollOnce,
-		failure: func(error) Failure { return FailureOther }}
-	p.run(ctx)
 }
 
 // pollOnce reads what is new; the first successful read starts at the
@@ -240,7 +231,7 @@ func (t *tailer) readToEOF() error {
 			t.feed(t.buf[:n])
 		}
 		if errors.Is(err, io.EOF) || n == 0 && err == nil {
-			t.c.st.malformed(t.target, SourceProxySQLEvents, t.bad)
+			t.sink.Malformed(t.bad)
 			t.bad = 0
 			return nil
 		}
@@ -295,6 +286,6 @@ func (t *tailer) malformed(reason string) {
 	t.bad++
 	if now := time.Now(); now.Sub(t.lastBad) >= time.Minute {
 		t.lastBad = now
-		t.c.cfg.Logger.Warn("events log line skipped", "target", t.target, "file", filepath.Base(t.name), "reason", reason)
+		t.log.Warn("events log line skipped", "target", t.target, "file", filepath.Base(t.name), "reason", reason)
 	}
 }

@@ -96,7 +96,7 @@ func TestFollowedLogRejectsAbsurdTimes(t *testing.T) {
 		t.Fatal(err)
 	}
 	ps := newProxySQLSessions("px", c.st, ProcesslistConfig{}, true, false, time.Second, nil)
-	tl := &tailer{path: path, poll: time.Millisecond, c: c, target: "px", sessions: ps, buf: make([]byte, 4096)}
+	tl := &tailer{path: path, poll: time.Millisecond, sink: storeSink{c.st, "px", SourceProxySQLEvents}, log: c.cfg.Logger, target: "px", sessions: ps, buf: make([]byte, 4096)}
 	defer tl.closeFile()
 	appendLine := func(s string) {
 		f, _ := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
@@ -187,11 +187,11 @@ func TestTailerReportsRemovedLog(t *testing.T) {
 			}
 			wait := pollWaiter(c)
 			ps := newProxySQLSessions("px", c.st, ProcesslistConfig{}, true, false, time.Second, nil)
-			tl := &tailer{path: prefix, poll: 5 * time.Millisecond, c: c, target: "px", sessions: ps}
+			tl := &tailer{path: prefix, poll: 5 * time.Millisecond, sink: storeSink{c.st, "px", SourceProxySQLEvents}, log: c.cfg.Logger, target: "px", sessions: ps}
 			c.st.register("px", SourceProxySQLEvents)
 			ctx, cancel := context.WithCancel(context.Background())
 			done := make(chan struct{})
-			go func() { defer close(done); tl.run(ctx) }()
+			go func() { defer close(done); c.runTailer(ctx, tl) }()
 			defer func() { cancel(); <-done }()
 			status := func() SourceStatus {
 				for _, s := range c.Sources() {

@@ -139,7 +139,14 @@ type OTLPConfig struct {
 	Target string
 	// MaxBodyBytes caps one export request. Default 8 MiB.
 	MaxBodyBytes int64
+	// MaxHold rejects (and counts as malformed) a hold span longer than
+	// this. Default 24 h. Whatever it is, a hold is credited at most the
+	// time since the collector started plus its shortest window (10 s).
+	MaxHold time.Duration
 }
+
+// DefaultOTLPMaxHold is OTLPConfig.MaxHold's default.
+const DefaultOTLPMaxHold = otlp.DefaultMaxHold
 
 var targetName = regexp.MustCompile(`^[A-Za-z0-9_.:-]{1,64}$`)
 
@@ -232,6 +239,10 @@ func (cfg Config) withDefaults() (Config, error) {
 	}
 	cfg.OTLP.Target = cmp.Or(cfg.OTLP.Target, "app")
 	cfg.OTLP.MaxBodyBytes = cmp.Or(cfg.OTLP.MaxBodyBytes, 8<<20)
+	cfg.OTLP.MaxHold = cmp.Or(cfg.OTLP.MaxHold, otlp.DefaultMaxHold)
+	if cfg.OTLP.MaxHold < time.Second {
+		return cfg, fmt.Errorf("OTLP maximum hold %v: give at least 1s (a hold span longer than it is rejected)", cfg.OTLP.MaxHold)
+	}
 	if cfg.OTLP.Enabled && !targetName.MatchString(cfg.OTLP.Target) {
 		return cfg, fmt.Errorf("OTLP target name %q: use 1 to 64 of [A-Za-z0-9_.:-]", cfg.OTLP.Target)
 	}
@@ -342,7 +353,7 @@ func New(cfg Config) (*Collector, error) {
 	}
 	if cfg.OTLP.Enabled {
 		c.otlp = &otlp.Receiver{Sink: storeSink{c.st, cfg.OTLP.Target, SourceOTLP}, Router: c.router,
-			MaxTags: cfg.MaxTags, MaxBody: cfg.OTLP.MaxBodyBytes}
+			MaxTags: cfg.MaxTags, MaxBody: cfg.OTLP.MaxBodyBytes, MaxHold: cfg.OTLP.MaxHold, Started: time.Now()}
 		if err := cfg.Registerer.Register(newSpanRouterMetrics(c.router, cfg.OTLP.Target)); err != nil {
 			c.closeTargets()
 			return nil, fmt.Errorf("register collector metrics: %w: give each Collector its own registry", err)

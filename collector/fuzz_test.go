@@ -11,11 +11,13 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/holdtime/holdtime/collector/internal/otlp"
+	"github.com/holdtime/holdtime/conntag"
 	coltrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
@@ -77,6 +79,12 @@ func checkAPI(t *testing.T, when string, h http.Handler, metrics bool) {
 			t.Fatalf("%s: /api/v1/top?%s: %d %q", when, q, w.Code, w.Body)
 		}
 		for _, r := range doc.Rows {
+			// Every tag is in conntag's grammar or one of the collector's
+			// own names: nothing a sender wrote reaches a terminal or a
+			// label raw.
+			if !conntag.ValidTag(r.Tag) {
+				t.Fatalf("%s: /api/v1/top?%s: tag %q outside the grammar", when, q, r.Tag)
+			}
 			for _, v := range []float64{r.Occupancy, r.HoldSeconds, r.IdleHoldSeconds, r.ActiveSeconds, r.IdleShare, r.Statements, r.Errors} {
 				if v < 0 || math.IsNaN(v) || math.IsInf(v, 0) {
 					t.Fatalf("%s: /api/v1/top?%s row %+v", when, q, r)
@@ -91,6 +99,11 @@ func checkAPI(t *testing.T, when string, h http.Handler, metrics bool) {
 	h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/metrics", nil))
 	if w.Code != http.StatusOK || strings.Contains(w.Body.String(), "NaN") {
 		t.Fatalf("%s: /metrics: %d\n%s", when, w.Code, w.Body)
+	}
+	for _, m := range regexp.MustCompile(`conn_tag="((?:[^"\\]|\\.)*)"`).FindAllStringSubmatch(w.Body.String(), -1) {
+		if !conntag.ValidTag(m[1]) {
+			t.Fatalf("%s: /metrics has conn_tag=%q, outside the grammar", when, m[1])
+		}
 	}
 }
 
@@ -107,6 +120,8 @@ func otlpSeeds() []*coltrace.ExportTraceServiceRequest {
 	}
 	out = append(out, exportRequest(span(otlp.SpanHold, end, start, str(otlp.AttrConnTag, "backwards"))))
 	out = append(out, exportRequest(span(otlp.SpanHold, 0, math.MaxUint64, str(otlp.AttrConnTag, "huge"))))
+	out = append(out, exportRequest(span(otlp.SpanHold, start, end, str(otlp.AttrConnTag, "x\x1b[2J\n\u202e"))))
+	out = append(out, exportRequest(span(otlp.SpanHold, end-7*24*3600e9, end, str(otlp.AttrConnTag, "week"))))
 	return out
 }
 

@@ -37,6 +37,7 @@ type collectCmd struct {
 	otlp           bool
 	otlpListen     string
 	otlpTarget     string
+	otlpMaxHold    time.Duration
 	plInterval     time.Duration
 	digestInterval time.Duration
 	poolInterval   time.Duration
@@ -100,6 +101,7 @@ only, off loopback).`,
 	f.BoolVar(&c.otlp, "otlp", false, "receive conntag's spans over OTLP/HTTP at /v1/traces")
 	f.StringVar(&c.otlpListen, "otlp-listen", "", "also serve /v1/traces on this address (the OTLP/HTTP port is 4318); implies --otlp")
 	f.StringVar(&c.otlpTarget, "otlp-target", "app", "target label of app-side figures")
+	f.DurationVar(&c.otlpMaxHold, "otlp-max-hold", collector.DefaultOTLPMaxHold, "reject (and count as malformed) a hold span longer than this; any hold is credited at most the collector's age plus 10s")
 	f.DurationVar(&c.plInterval, "proxysql-processlist-interval", 250*time.Millisecond, "stats_mysql_processlist sample interval")
 	f.DurationVar(&c.digestInterval, "proxysql-digest-interval", 10*time.Second, "stats_mysql_query_digest poll interval (negative: off)")
 	f.DurationVar(&c.poolInterval, "proxysql-pool-interval", 5*time.Second, "stats_mysql_connection_pool and stats_mysql_global poll interval")
@@ -239,7 +241,7 @@ func splitNamed(flag, v string) (string, string, error) {
 func (c *collectCmd) config(reg *prometheus.Registry, logger *slog.Logger) (collector.Config, error) {
 	cfg := collector.Config{
 		MaxTags: c.maxTags, Registerer: reg, Gatherer: reg, Logger: logger, RecordDir: c.record, Timeout: c.timeout,
-		OTLP: collector.OTLPConfig{Enabled: c.otlp || c.otlpListen != "", Target: c.otlpTarget},
+		OTLP: collector.OTLPConfig{Enabled: c.otlp || c.otlpListen != "", Target: c.otlpTarget, MaxHold: c.otlpMaxHold},
 	}
 	if c.maxTags <= 0 {
 		return cfg, errors.New("--max-tags must be positive")

@@ -5,6 +5,7 @@
 package otlp
 
 import (
+	"cmp"
 	"compress/gzip"
 	"errors"
 	"fmt"
@@ -14,6 +15,7 @@ import (
 	"net/http"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	coltrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
@@ -70,6 +72,84 @@ type Receiver struct {
 	MaxTags int
 	// MaxBody caps one export request, in bytes.
 	MaxBody int64
+	// MaxHold rejects a hold span longer than this (0: DefaultMaxHold):
+	// a broken clock or a hostile sender, not a borrow.
+	MaxHold time.Duration
+	// Started is when the receiver began to listen. A hold is credited
+	// at most the time since then plus the shortest window (10 s): a
+	// counter never takes more hold per connection than the time it has
+	// been counting (a 7-day span made one tag hold 14 million
+	// connections in a 1-minute window). Zero: no clipping.
+	Started time.Time
+}
+
+// DefaultMaxHold is the longest hold span believed when MaxHold is unset.
+// conntag ends a hold span when the connection goes back to the pool, so
+// a leak held a day is still reported, once, a day late.
+const DefaultMaxHold = 24 * time.Hour
+
+// clipSlack is added to the receiver's age when a hold is clipped: the
+// collector's shortest window.
+const clipSlack = 10 * time.Second
+
+// maxFuture is how far past the receiver's clock a span may end: the
+// skew between the app's clock and the collector's.
+const maxFuture = 5 * time.Minute
+
+// reject is why a conntag span was skipped.
+type reject uint8
+
+const (
+	accepted  reject = iota
+	badTag           // conn_tag outside the tag grammar
+	badNumber        // an active/idle/session attribute not a finite, non-negative number
+	badTimes         // no start, ends before it starts, or ends in the future
+	tooLong          // longer than MaxHold
+	numRejects
+)
+
+var rejectText = [numRejects]string{
+	badTag:    "with a conn_tag outside the tag grammar (1 to 64 of [A-Za-z0-9_.:-])",
+	badNumber: "with an active, idle or session attribute that is not a finite, non-negative number",
+	badTimes:  "without a valid duration (no start, ending before it starts, or ending more than 5m in the future)",
+	tooLong:   "holding longer than the maximum hold believed",
+}
+
+// rejects counts the skipped spans of one request by reason, with the
+// first bad tag seen as a sample.
+type rejects struct {
+	n      [numRejects]int64
+	sample string
+}
+
+func (r *rejects) total() (n int64) {
+	for _, v := range r.n[1:] {
+		n += v
+	}
+	return n
+}
+
+// message names every reason with its count: the exporter's log then says
+// what to fix, not only that something was wrong.
+func (r *rejects) message(maxHold time.Duration) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d conntag spans skipped:", r.total())
+	sep := " "
+	for why := badTag; why < numRejects; why++ {
+		if r.n[why] == 0 {
+			continue
+		}
+		text := rejectText[why]
+		if why == tooLong {
+			text += " (" + maxHold.String() + ")"
+		}
+		fmt.Fprintf(&b, "%s%d %s", sep, r.n[why], text)
+		sep = "; "
+	}
+	if r.sample != "" {
+		fmt.Fprintf(&b, "; first bad tag %q", r.sample)
+	}
+	return b.String()
 }
 
 // ServeHTTP takes one export request.
@@ -125,13 +205,12 @@ func (o *Receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		o.bad(w, "decode ExportTraceServiceRequest: "+err.Error())
 		return
 	}
-	rejected := o.ingest(&req)
+	rej := o.ingest(&req)
 	// Every accepted export, spans or not, shows the app's exporter works.
 	o.Sink.Success()
 	resp := &coltrace.ExportTraceServiceResponse{}
-	if rejected > 0 {
-		resp.PartialSuccess = &coltrace.ExportTracePartialSuccess{RejectedSpans: rejected,
-			ErrorMessage: "conntag spans without a valid duration were skipped"}
+	if n := rej.total(); n > 0 {
+		resp.PartialSuccess = &coltrace.ExportTracePartialSuccess{RejectedSpans: n, ErrorMessage: rej.message(o.maxHold())}
 	}
 	out, err := marshal(resp)
 	if err != nil {
@@ -147,11 +226,13 @@ func (o *Receiver) bad(w http.ResponseWriter, msg string) {
 	http.Error(w, msg, http.StatusBadRequest)
 }
 
-// ingest adds the request's conntag spans to the store and returns how many
-// were rejected.
-func (o *Receiver) ingest(req *coltrace.ExportTraceServiceRequest) int64 {
+func (o *Receiver) maxHold() time.Duration { return cmp.Or(o.MaxHold, DefaultMaxHold) }
+
+// ingest adds the request's conntag spans to the store and says which were
+// rejected, and why.
+func (o *Receiver) ingest(req *coltrace.ExportTraceServiceRequest) rejects {
 	batch := map[string]*source.TagDelta{}
-	var rejected int64
+	var rej rejects
 	now := time.Now()
 	for _, rs := range req.GetResourceSpans() {
 		for _, ss := range rs.GetScopeSpans() {
@@ -162,25 +243,24 @@ func (o *Receiver) ingest(req *coltrace.ExportTraceServiceRequest) int64 {
 					o.Sink.Add(batch)
 					clear(batch)
 				}
-				if !o.span(sp, batch, now) {
-					rejected++
+				if why := o.span(sp, batch, now, &rej); why != accepted {
+					rej.n[why]++
 				}
 			}
 		}
 	}
 	o.Sink.Add(batch)
-	o.Sink.Malformed(int(rejected))
-	return rejected
+	o.Sink.Malformed(int(rej.total()))
+	return rej
 }
 
-// maxHoldSeconds bounds one hold span: longer is a broken clock or a
-// broken exporter, not a borrow.
+// maxHoldSeconds bounds any duration attribute, whatever MaxHold says.
 const maxHoldSeconds = 7 * 24 * 3600
 
-// span handles one span; it returns false for a conntag span it had to skip.
-// A span is checked whole before anything of it is added: a rejected span
-// leaves no trace but the malformed count.
-func (o *Receiver) span(sp *tracepb.Span, batch map[string]*source.TagDelta, now time.Time) bool {
+// span handles one span; it says why a conntag span had to be skipped
+// (accepted otherwise). A span is checked whole before anything of it is
+// added: a rejected span leaves no trace but the malformed count.
+func (o *Receiver) span(sp *tracepb.Span, batch map[string]*source.TagDelta, now time.Time, rej *rejects) reject {
 	var tag, op string
 	var active, idle float64
 	var session, port int64
@@ -195,17 +275,17 @@ func (o *Receiver) span(sp *tracepb.Span, batch map[string]*source.TagDelta, now
 			op = v.GetStringValue()
 		case AttrActiveSeconds:
 			if active, ok = seconds64(v); !ok {
-				return !isHoldCandidate(sp)
+				return rejectIf(isHoldCandidate(sp), badNumber)
 			}
 			haveActive = true
 		case AttrIdleSeconds:
 			if idle, ok = seconds64(v); !ok {
-				return !isHoldCandidate(sp)
+				return rejectIf(isHoldCandidate(sp), badNumber)
 			}
 			haveIdle = true
 		case AttrSessionID:
 			if session, ok = sessionID(v); !ok {
-				return !isHoldCandidate(sp)
+				return rejectIf(isHoldCandidate(sp), badNumber)
 			}
 		case AttrServerAddress:
 			host, haveHost = v.GetStringValue(), v.GetStringValue() != ""
@@ -214,18 +294,22 @@ func (o *Receiver) span(sp *tracepb.Span, batch map[string]*source.TagDelta, now
 		}
 	}
 	if !haveTag {
-		return true // not conntag's
+		return accepted // not conntag's
 	}
 	if !conntag.ValidTag(tag) {
 		// Every tag passes the one grammar, whatever source it came
-		// from: conntag's spans carry SanitizeTag's output.
-		return false
+		// from: conntag's spans carry SanitizeTag's output. The sample
+		// is cut and quoted where it is shown; never stored as a tag.
+		if rej.sample == "" {
+			rej.sample = cut(tag, 80)
+		}
+		return badTag
 	}
 	var f source.Figures
 	start, end := sp.GetStartTimeUnixNano(), sp.GetEndTimeUnixNano()
 	if sp.GetName() != SpanHold {
 		if op == "" {
-			return true
+			return accepted
 		}
 		f.Stmts = 1
 		if sp.GetStatus().GetCode() == tracepb.Status_STATUS_CODE_ERROR {
@@ -234,15 +318,31 @@ func (o *Receiver) span(sp *tracepb.Span, batch map[string]*source.TagDelta, now
 	} else {
 		// The times bound the session hint even when active and idle
 		// give the hold: a span from 1970 would name every pending run.
-		if start == 0 || end < start || end > math.MaxInt64 || end-start > maxHoldSeconds*1e9 {
-			return false
+		if start == 0 || end < start || end > math.MaxInt64 || end-start > maxHoldSeconds*1e9 ||
+			time.Unix(0, int64(end)).After(now.Add(maxFuture)) {
+			return badTimes
 		}
 		hold := float64(end-start) / 1e9
 		if haveActive && haveIdle {
 			hold = active + idle
 		}
 		if !(hold >= 0 && hold <= maxHoldSeconds) {
-			return false
+			return badTimes
+		}
+		if hold > o.maxHold().Seconds() {
+			return tooLong
+		}
+		// Physics: the counters take no more of a hold than the time the
+		// receiver has been counting, plus the shortest window (a span is
+		// exported seconds after it ends, and a window covers at least
+		// its nominal length, so one span adds at most about one
+		// connection to any window). active and idle shrink in
+		// proportion.
+		if !o.Started.IsZero() {
+			if limit := (now.Sub(o.Started) + clipSlack).Seconds(); hold > limit {
+				active, idle = active*limit/hold, idle*limit/hold
+				hold = limit
+			}
 		}
 		f.Hold = hold
 		switch {
@@ -268,7 +368,25 @@ func (o *Receiver) span(sp *tracepb.Span, batch map[string]*source.TagDelta, now
 		h := source.Hint{Tag: tag, Start: time.Unix(0, int64(start)), End: time.Unix(0, int64(end)), Received: now}
 		o.Router.Route(host, port, haveHost, session, h)
 	}
-	return true
+	return accepted
+}
+
+func rejectIf(conntags bool, why reject) reject {
+	if conntags {
+		return why
+	}
+	return accepted
+}
+
+// cut shortens s to at most n bytes on a rune boundary, marking the cut.
+func cut(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
 }
 
 // isHoldCandidate says whether a span with a bad holdtime attribute is

@@ -6,10 +6,10 @@ import (
 	"io"
 	"sort"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/holdtime/holdtime/collector/internal/attrib"
+	"github.com/holdtime/holdtime/internal/termtext"
 )
 
 // ReportVersion is the version of the JSON report layout. It changes when a
@@ -125,34 +125,68 @@ func (r *Report) WriteJSON(w io.Writer) error {
 	return enc.Encode(r)
 }
 
-// WriteTable writes the report as aligned text for a terminal.
+// WriteTable writes the report as aligned text for a terminal. Every field
+// from the input (tags, users, clients, file lines) goes through
+// termtext.Line, so a newline or an escape sequence in it shows escaped on
+// its own line, and columns are padded in terminal cells (CJK takes two).
 func (r *Report) WriteTable(w io.Writer) error {
 	ew := &errWriter{w: w}
 	fmt.Fprintf(ew, "backend hold by tag, %s .. %s: %.3f s in total\n\n", fmtTime(r.From), fmtTime(r.To), r.TotalHoldSeconds)
-	tw := tabwriter.NewWriter(ew, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "TAG\tHOLD s\tSHARE\tTXNS\tSTMTS\tP50 ms\tP99 ms\tMAX ms\tIDLE\tPINS\t")
+	rows := [][]string{{"TAG", "HOLD s", "SHARE", "TXNS", "STMTS", "P50 ms", "P99 ms", "MAX ms", "IDLE", "PINS"}}
 	for _, t := range r.Tags {
-		fmt.Fprintf(tw, "%s\t%.3f\t%.1f%%\t%d\t%d\t%.1f\t%.1f\t%.1f\t%.1f%%\t%s\t\n", t.Tag, t.HoldSeconds, 100*t.Share,
-			t.Transactions, t.Statements, 1000*t.P50Seconds, 1000*t.P99Seconds, 1000*t.MaxSeconds, 100*t.IdleShare,
-			fmtPins(t.Pins))
+		rows = append(rows, []string{t.Tag, fmt.Sprintf("%.3f", t.HoldSeconds), fmt.Sprintf("%.1f%%", 100*t.Share),
+			fmt.Sprint(t.Transactions), fmt.Sprint(t.Statements), fmt.Sprintf("%.1f", 1000*t.P50Seconds),
+			fmt.Sprintf("%.1f", 1000*t.P99Seconds), fmt.Sprintf("%.1f", 1000*t.MaxSeconds), fmt.Sprintf("%.1f%%", 100*t.IdleShare),
+			fmtPins(t.Pins)})
 	}
-	tw.Flush()
-	r.writeDetails(ew, func(s string) string { return s }, "  ")
+	writeCells(ew, rows)
+	r.writeDetails(ew, termtext.Line, "  ")
 	return ew.err
 }
 
-// WriteMarkdown writes the report as GitHub-flavoured Markdown.
+// writeCells writes rows right-aligned in columns two cells apart, each
+// cell escaped and measured in terminal cells.
+func writeCells(w io.Writer, rows [][]string) {
+	var widths []int
+	for _, row := range rows {
+		for i, c := range row {
+			if i >= len(widths) {
+				widths = append(widths, 0)
+			}
+			row[i] = termtext.Line(c)
+			widths[i] = max(widths[i], termtext.Width(row[i]))
+		}
+	}
+	for _, row := range rows {
+		var b strings.Builder
+		for i, c := range row {
+			if i > 0 {
+				b.WriteString("  ")
+			}
+			b.WriteString(termtext.PadLeft(c, widths[i]))
+		}
+		b.WriteByte('\n')
+		io.WriteString(w, b.String())
+	}
+}
+
+// mdCell escapes a Markdown table cell: control characters, and the pipe
+// that would end it.
+func mdCell(s string) string { return strings.ReplaceAll(termtext.Line(s), "|", `\|`) }
+
+// WriteMarkdown writes the report as GitHub-flavoured Markdown, fields from
+// the input escaped as in WriteTable (and | in table cells).
 func (r *Report) WriteMarkdown(w io.Writer) error {
 	ew := &errWriter{w: w}
 	fmt.Fprintf(ew, "## Backend hold by tag\n\n%s .. %s, %.3f s in total.\n\n", fmtTime(r.From), fmtTime(r.To), r.TotalHoldSeconds)
 	fmt.Fprintln(ew, "| tag | hold s | share | txns | stmts | p50 ms | p99 ms | max ms | idle | pins |")
 	fmt.Fprintln(ew, "|---|--:|--:|--:|--:|--:|--:|--:|--:|---|")
 	for _, t := range r.Tags {
-		fmt.Fprintf(ew, "| `%s` | %.3f | %.1f%% | %d | %d | %.1f | %.1f | %.1f | %.1f%% | %s |\n", t.Tag, t.HoldSeconds,
+		fmt.Fprintf(ew, "| %s | %.3f | %.1f%% | %d | %d | %.1f | %.1f | %.1f | %.1f%% | %s |\n", mdCell(t.Tag), t.HoldSeconds,
 			100*t.Share, t.Transactions, t.Statements, 1000*t.P50Seconds, 1000*t.P99Seconds, 1000*t.MaxSeconds,
-			100*t.IdleShare, fmtPins(t.Pins))
+			100*t.IdleShare, mdCell(fmtPins(t.Pins)))
 	}
-	r.writeDetails(ew, func(s string) string { return "- " + s }, "")
+	r.writeDetails(ew, func(s string) string { return "- " + termtext.Line(s) }, "")
 	return ew.err
 }
 

@@ -86,6 +86,11 @@ type Config struct {
 	// PruneInterval is how often Run deletes ended reservations older than
 	// Retention. Default 1 minute.
 	PruneInterval time.Duration
+	// MigrateLockWait is how long Migrate waits for the server-wide
+	// migration lock another Migrate holds (several instances starting at
+	// once) before it returns ErrMigrateLocked. GET_LOCK counts whole
+	// seconds: the wait is rounded up. Default 60 s.
+	MigrateLockWait time.Duration
 	// Tags are the conntag tags of the engine's statements. Empty fields
 	// take their defaults.
 	Tags Tags
@@ -116,6 +121,7 @@ func (c Config) withDefaults() (Config, error) {
 	c.RefillIdle = cmp.Or(c.RefillIdle, 10*time.Minute)
 	c.Retention = cmp.Or(c.Retention, 24*time.Hour)
 	c.PruneInterval = cmp.Or(c.PruneInterval, time.Minute)
+	c.MigrateLockWait = cmp.Or(c.MigrateLockWait, time.Minute)
 	c.Tags.Reserve = cmp.Or(c.Tags.Reserve, "inventory_reserve")
 	c.Tags.Claim = cmp.Or(c.Tags.Claim, "inventory_claim")
 	c.Tags.Release = cmp.Or(c.Tags.Release, "inventory_release")
@@ -144,6 +150,7 @@ func (c Config) withDefaults() (Config, error) {
 	for name, d := range map[string]time.Duration{
 		"TTL": c.TTL, "RetryBudget": c.RetryBudget, "RefillInterval": c.RefillInterval, "ExpiryInterval": c.ExpiryInterval,
 		"RefillIdle": c.RefillIdle, "Retention": c.Retention, "PruneInterval": c.PruneInterval,
+		"MigrateLockWait": c.MigrateLockWait,
 	} {
 		if d < 0 {
 			return c, fmt.Errorf("reservation: Config.%s %v is negative: use a positive duration, or 0 for the default", name, d)

@@ -42,6 +42,11 @@ var (
 	// changed. Use a new id for a new change.
 	ErrAdjustmentConflict = errors.New("reservation: adjustment id already used for a different change")
 
+	// ErrMigrateLocked means Migrate waited Config.MigrateLockWait for the
+	// migration lock and another Migrate (another instance starting) still
+	// held it. Retry once that one has finished.
+	ErrMigrateLocked = errors.New("reservation: migrate: the migration lock is taken")
+
 	// ErrDeadlock is MySQL error 1213; it matches ErrRetryable.
 	ErrDeadlock = &retryableSentinel{"reservation: deadlock (MySQL 1213)"}
 	// ErrLockWaitTimeout is MySQL error 1205; it matches ErrRetryable.

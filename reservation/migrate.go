@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/go-sql-driver/mysql"
 	"github.com/holdtime/holdtime/conntag"
@@ -28,7 +29,7 @@ const (
 	insertMigration  = `INSERT INTO holdtime_reservation_migrations (version, name) VALUES (?, ?)`
 	// GET_LOCK serialises concurrent Migrate calls (several app instances
 	// starting at once); DDL cannot run inside a transaction.
-	migrateLock       = `SELECT GET_LOCK('holdtime_reservation_migrate', 60)`
+	migrateLock       = `SELECT GET_LOCK('holdtime_reservation_migrate', ?)`
 	migrateUnlock     = `DO RELEASE_LOCK('holdtime_reservation_migrate')`
 	migrationFileGlob = "migrations/*.sql"
 )
@@ -99,9 +100,8 @@ func (e *Engine) Migrate(ctx context.Context) error {
 		return fmt.Errorf("reservation: migrate: get a connection: %w", err)
 	}
 	defer conn.Close()
-	var locked sql.NullInt64
-	if err := conn.QueryRowContext(ctx, migrateLock).Scan(&locked); err != nil || locked.Int64 != 1 {
-		return fmt.Errorf("reservation: migrate: another Migrate held the lock for 60 s (%v): retry", err)
+	if err := takeMigrateLock(ctx, conn, e.cfg.MigrateLockWait); err != nil {
+		return err
 	}
 	defer conn.ExecContext(context.WithoutCancel(ctx), migrateUnlock)
 
@@ -136,6 +136,33 @@ func (e *Engine) Migrate(ctx context.Context) error {
 		if _, err := conn.ExecContext(ctx, insertMigration, m.version, m.name); err != nil {
 			return fmt.Errorf("reservation: migrate: record %s: %w", m.name, err)
 		}
+	}
+	return nil
+}
+
+// takeMigrateLock takes the server-wide migration lock on conn, waiting at
+// most wait. Each way it can fail has its own message: only GET_LOCK's 0
+// (it waited the whole time) means another Migrate holds the lock; a failed
+// query is the connection's or the server's cause (a missing database behind
+// ProxySQL, a refused login, a lost connection), returned wrapped.
+func takeMigrateLock(ctx context.Context, conn *sql.Conn, wait time.Duration) error {
+	// GET_LOCK counts whole seconds: round up so the wait is never shorter
+	// than configured.
+	secs := int64((wait + time.Second - 1) / time.Second)
+	var locked sql.NullInt64
+	err := conn.QueryRowContext(ctx, migrateLock, secs).Scan(&locked)
+	switch {
+	case err != nil && ctx.Err() != nil:
+		return fmt.Errorf("reservation: migrate: stopped waiting for the migration lock: %w", context.Cause(ctx))
+	case err != nil:
+		return fmt.Errorf("reservation: migrate: take the migration lock: %w", err)
+	case !locked.Valid:
+		// NULL: the server refused the lock request or killed it.
+		return errors.New("reservation: migrate: take the migration lock: GET_LOCK returned NULL " +
+			"(the request was killed or the server is out of memory): retry")
+	case locked.Int64 != 1:
+		return fmt.Errorf("%w: another Migrate held it for %v; retry once it has finished "+
+			"(or raise Config.MigrateLockWait)", ErrMigrateLocked, time.Duration(secs)*time.Second)
 	}
 	return nil
 }

@@ -1,0 +1,125 @@
+// Package trxjoin names the holder of an idle ProxySQL backend exactly, from
+// what that backend's server thread ran in its current transaction or pin,
+// found by thread and event order rather than by time.
+//
+// A ProxySQL session idle with a backend (in a transaction, or pinned by a
+// user variable, temporary table, lock or prepared statement) shows no
+// statement text in stats_mysql_processlist. The server behind it keeps
+// exact evidence per connection: performance_schema.threads maps the
+// processlist id (ProxySQL's backends[].conn.mysql.thread_id) to a
+// THREAD_ID, events_transactions_current shows that thread's transaction
+// with its EVENT_ID and STATE, and each statement of the transaction names
+// it (NESTING_EVENT_TYPE = 'TRANSACTION', NESTING_EVENT_ID = the
+// transaction's EVENT_ID).
+//
+// # Evidence and rules
+//
+// ReadServer reads all of it for a set of processlist ids in one statement
+// (one round trip), stamped with the collector's wall clock before and
+// after. Decide is pure: given the reads of one server and a ProxySQL
+// Sample (its own start and end on the same clock, the backend's
+// processlist id, in a transaction or pinned) it returns a tag and a
+// Quality:
+//
+//   - Transaction, Exact by causal order: a transaction ACTIVE with the
+//     same EVENT_ID in a read that ended before the sample started and in
+//     one that started after the sample ended was open throughout the
+//     sample, so the session ProxySQL showed idle in a transaction on that
+//     backend owns it. Its tag is the first tagged statement of that
+//     transaction (a later read supplies it when the session has only run
+//     BEGIN so far: Result.Pending). No clock mapping, no slack: statements
+//     of the backend's previous borrower belong to another transaction and
+//     never name it.
+//   - Pin, Exact by event order: the session took the backend by sending a
+//     statement on it and nothing else can use it while held, so the last
+//     statement the backend completed (by EVENT_ID) before the sample is
+//     the session's. With no statement between the two bracketing reads
+//     that is the earlier read's last one. With statements between them, of
+//     which some ran before the sample and some after, the result is exact
+//     only when they all name the same tag; otherwise the server's timer,
+//     mapped to the collector's clock through the later read, picks the last
+//     statement ended before the middle of the sample, and the result is
+//     Inferred. A COMMIT or ROLLBACK names the transaction it ended.
+//   - Unknown: nothing the server shows names a tag (untagged statements,
+//     statements the history rings have dropped, an id the server does not
+//     list, a processlist id reused by another thread). Never guessed.
+//
+// Tags are read with conntag.ParseTag, the one tag grammar.
+//
+// # Prepared statements and transactions, by flavour
+//
+// MariaDB 10.6 and later (measured on 10.11):
+//   - Transactions are recorded only with the transaction instrument and
+//     the events_transactions_current consumer, both off by default. Without
+//     them Read.Setup.Degradations says so with the fix, and a transaction
+//     is found from its BEGIN / START TRANSACTION in the statement history
+//     (still exact while both reads show the BEGIN open); one begun
+//     implicitly (autocommit=0) or whose BEGIN the history rings dropped is
+//     judged by the pin rule.
+//   - Binary-protocol statements (go-sql-driver's Prepare and Exec with
+//     arguments, ProxySQL's backend prepared statements) appear as
+//     statement/com/Prepare and statement/com/Execute with an empty SQL_TEXT
+//     and no statement id. prepared_statements_instances ties each prepared
+//     statement's text to its owner thread (OWNER_THREAD_ID), its Prepare
+//     event (OWNER_EVENT_ID) and COUNT_EXECUTE. A Prepare is named exactly
+//     by its OWNER_EVENT_ID. An Execute is named exactly when the thread's
+//     prepared statements all carry one tag, or when the statements whose
+//     COUNT_EXECUTE moved between the read that first shows the Execute and
+//     the one before all carry one tag; when several tags moved it is
+//     Inferred (the one that executed most). A statement prepared, executed
+//     and closed between two reads (go-sql-driver's Query with arguments
+//     without interpolateParams) leaves no text anywhere: Unknown.
+//
+// MySQL 8.0 and later: the transaction instrument and consumer are on by
+// default and the same query applies. Whether a binary-protocol execution's
+// SQL_TEXT carries the statement's text there was not measured (no MySQL 8
+// server on the machine this was written on): the code reads a tag from
+// SQL_TEXT whenever it carries one, and otherwise names statement/com/Execute
+// and statement/sql/execute events through prepared_statements_instances as
+// on MariaDB, so either answer is handled. The live tests run against a
+// MySQL 8 server when HOLDTIME_MYSQL_DSN points to one.
+//
+// Both flavours: SQL_TEXT is cut at performance_schema_max_sql_text_length
+// (1,024 bytes by default), which cuts a trailing tag: such a statement is
+// untagged here (Unknown), never another tag. The history rings
+// (events_statements_history, 10 per thread; _history_long, global) must
+// hold a backend's statements between two reads.
+//
+// # Integration
+//
+// The MySQL source (one per server) calls ReadServer on every poll with the
+// processlist ids of the backends ProxySQL shows held on that server (the
+// ids the ProxySQL sampler publishes: backends[].conn.mysql.thread_id of
+// sessions whose srv_host is this server, matched by l_srv_host:l_srv_port
+// as today), on its own connection, and keeps the reads that are no older
+// than the oldest unresolved sample plus one (a ring of a few seconds is
+// plenty). It passes Read.Setup.Degradations to the source's degraded
+// status.
+//
+// The ProxySQL sampler records for every session it sees idle with a
+// backend a Sample: Start and End are its own wall clock just before it sent
+// the stats_mysql_processlist query and just after it read the rows (the
+// same clock the MySQL source stamps reads with: time.Now in one process),
+// Backend is backends[].conn.mysql.thread_id, InTrx is true when ProxySQL
+// shows the session in a transaction (extended_info's backend
+// conn.status.transaction / the command "Sleep" with an open transaction),
+// false when multiplexing is disabled for another reason. It then calls
+// Decide with the server's reads; a Pending result is asked again after the
+// next read, a result still pending after a bound (say 5 s) is Unknown. It
+// counts hold by Result.Quality: Exact as the join's exact hold, Inferred in
+// the inferred metric and the source's status, Unknown as unknown.
+//
+// Setup items `holdtime doctor` must add (internal/doctor's setup list, and
+// so testenv's server arguments):
+//   - mysql.instruments.transaction: fix UPDATE
+//     performance_schema.setup_instruments SET ENABLED='YES', TIMED='YES'
+//     WHERE NAME='transaction'; my.cnf
+//     performance-schema-instrument='transaction=ON'.
+//   - mysql.consumer.events_transactions_current: fix UPDATE
+//     performance_schema.setup_consumers SET ENABLED='YES' WHERE
+//     NAME='events_transactions_current'; my.cnf
+//     performance-schema-consumer-events-transactions-current=ON.
+//
+// The account needs SELECT on performance_schema (already on the list);
+// prepared_statements_instances needs nothing more.
+package trxjoin

@@ -95,6 +95,7 @@ type eventSource struct {
 	dups  int64
 	dupOf map[string]bool
 	stop  func() bool // stops closing standard input on ctx's end
+	keep  *os.File    // standard input on the poller: its finalizer would close fd 0
 }
 
 // eventStream reads the events log inputs one after another, standard
@@ -170,12 +171,17 @@ func (s *eventStream) open(src *eventSource) {
 		src.reader = collector.OpenEventsLog(s.ctx, []string{src.name}, s.cfg)
 		return
 	}
-	if f, ok := s.stdin.(*os.File); ok {
-		// A read from a pipe blocks until the writer sends more; closing
-		// it is what ends the read on Ctrl-C.
-		src.stop = context.AfterFunc(s.ctx, func() { f.Close() })
+	in := s.stdin
+	if f, ok := in.(*os.File); ok {
+		if pf, restore := interruptibleStdin(f); pf != nil {
+			in = pf
+			src.keep = pf
+			// Closing it is what ends a read waiting on the pipe at Ctrl-C.
+			stopClose := context.AfterFunc(s.ctx, func() { pf.Close() })
+			src.stop = func() bool { restore(); return stopClose() }
+		}
 	}
-	src.reader = collector.NewEventsReader(s.ctx, s.stdin, "(stdin)", s.cfg)
+	src.reader = collector.NewEventsReader(s.ctx, in, "(stdin)", s.cfg)
 }
 
 // Next advances to the next event not seen before; false at the end of

@@ -5,8 +5,10 @@ import (
 	"context"
 	"database/sql"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -119,5 +121,51 @@ func TestAnalyzeLiveRecording(t *testing.T) {
 	if !near(twice.TotalHoldSeconds, rep.TotalHoldSeconds) || twice.Groups[0].Holds != 3 || !strings.Contains(errOut, "duplicate input: ") {
 		t.Errorf("the events log twice: %.3f s (once %.3f s), %d hog holds, stderr %q", twice.TotalHoldSeconds,
 			rep.TotalHoldSeconds, twice.Groups[0].Holds, errOut)
+	}
+}
+
+// TestAnalyzeStdinStopsOnSIGINT: `ssh host cat log | holdtime analyze -`
+// never ends; Ctrl-C stops it within a second, with the report of what was
+// read marked PARTIAL and exit status 130.
+func TestAnalyzeStdinStopsOnSIGINT(t *testing.T) {
+	bin := buildHoldtime(t)
+	events, err := os.ReadFile(statesLog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "analyze", "-")
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	w, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	defer w.Close() // the writer stays: the input never ends
+	// More than a pipe holds (64 KiB): once the last Write returns,
+	// analyze has read all but the last pipe-full.
+	for range 3 {
+		if _, err := w.Write(events); err != nil {
+			t.Fatal(err)
+		}
+	}
+	start := time.Now()
+	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	waited := make(chan error, 1)
+	go func() { waited <- cmd.Wait() }()
+	select {
+	case <-waited:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("analyze still reads stdin 10 s after SIGINT:\n%s%s", out.String(), errOut.String())
+	}
+	took := time.Since(start)
+	if code := cmd.ProcessState.ExitCode(); code != 130 || took > time.Second || !strings.HasPrefix(out.String(), "# PARTIAL: ") ||
+		!strings.Contains(out.String(), "checkout_completion") {
+		t.Errorf("exit %d after %v; want 130 within 1 s and a partial report:\n%s%s", code, took, out.String(), errOut.String())
 	}
 }

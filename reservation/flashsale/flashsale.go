@@ -73,6 +73,10 @@ type Config struct {
 	// TracerProvider, when set, receives conntag's spans (holds and
 	// statements) of the pool Run opens from MySQL.
 	TracerProvider trace.TracerProvider
+	// PartialAuditTimeout bounds what an interrupted Run (ctx ended
+	// mid-sale) spends reading the books for its partial report, on a
+	// context of its own: ctx has ended by then. Default 5 s.
+	PartialAuditTimeout time.Duration
 	// HoldProfile, when set, records which code holds the connections of
 	// the pool Run opens from MySQL (conntag.WithHoldProfile).
 	HoldProfile *conntag.HoldProfile
@@ -188,6 +192,39 @@ type Report struct {
 	KilledClaims, Restarts, LostHolds int64
 	// Phases divide the sale at its events (one phase without events).
 	Phases []Phase
+
+	// Held is the units live holds kept when the books were read: in a
+	// finished sale none (every buyer paid or let the hold expire); in an
+	// interrupted one the holds of buyers the interruption cut off
+	// between reserve and claim, which expire like any hold.
+	Held int64
+	// OnHand is the units the ledger still has (not claimed): with Sold it
+	// makes Stock when the books balance.
+	OnHand int64
+	// Interrupted is the buyers whose checkout the end of ctx cut short
+	// (counted apart from FailedCalls).
+	Interrupted int64
+	// Shops are the books per shop, in Config.ShopIDs order.
+	Shops []ShopReport
+	// Partial is set when ctx ended mid-sale: the report covers the buyers
+	// admitted until then. Audited says whether its books (Sold, Paid,
+	// Oversold, Undersold, Leaked, Held, OnHand, Shops) were read from the
+	// backend after the buyers stopped; Run's error says why not when not.
+	Partial, Audited bool
+}
+
+// ShopReport is one shop's books.
+type ShopReport struct {
+	ShopID                          uint64
+	Stock, Sold, Paid, Held, OnHand int64
+	Oversold, Leaked                int64
+}
+
+// Balanced reports whether the books add up: every unit stocked is sold or
+// still on hand, none oversold, none leaked. Undersold units (claims the
+// ledger has and no buyer heard of) are not an imbalance of the books.
+func (r Report) Balanced() bool {
+	return r.Oversold == 0 && r.Leaked == 0 && r.Sold+r.OnHand == r.Stock
 }
 
 func (c Config) withDefaults() (Config, error) {
@@ -202,6 +239,7 @@ func (c Config) withDefaults() (Config, error) {
 	c.Stock = cmp.Or(c.Stock, 100)
 	c.CartSize = cmp.Or(c.CartSize, 1)
 	c.AbandonTTL = cmp.Or(c.AbandonTTL, time.Millisecond)
+	c.PartialAuditTimeout = cmp.Or(c.PartialAuditTimeout, 5*time.Second)
 	if c.CartSize > c.Items {
 		return c, fmt.Errorf("flashsale: CartSize %d exceeds Items %d (each line is a distinct item)", c.CartSize, c.Items)
 	}
@@ -231,7 +269,7 @@ func (c Config) withDefaults() (Config, error) {
 		}
 	}
 	for name, d := range map[string]time.Duration{"PaymentDelay": c.PaymentDelay, "AbandonTTL": c.AbandonTTL,
-		"TxWork": c.TxWork, "Duration": c.Duration} {
+		"TxWork": c.TxWork, "Duration": c.Duration, "PartialAuditTimeout": c.PartialAuditTimeout} {
 		if d < 0 {
 			return c, fmt.Errorf("flashsale: %s %v is negative", name, d)
 		}
@@ -400,14 +438,15 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	end := time.Now()
 	endCounters := counters(b)
 	events.Wait()
-	if p := s.eventErr.Load(); p != nil {
-		return Report{}, fmt.Errorf("flashsale: event %w", *p)
-	}
 	// The audit reads the books at rest: Run's sweeper and refiller must not
 	// move units under it.
 	stop()
-	if err := ctx.Err(); err != nil {
-		return Report{}, err
+	if ctx.Err() != nil {
+		// An event failing as ctx ended is the interruption, not its cause.
+		return s.partial(ctx, keys, elapsed, end, endCounters)
+	}
+	if p := s.eventErr.Load(); p != nil {
+		return Report{}, fmt.Errorf("flashsale: event %w", *p)
 	}
 	// The audit counts a hold still held as leaked: the last buyers'
 	// abandoned holds must be due before the final expiry (a buyer who
@@ -419,11 +458,42 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		return Report{}, err
 	}
 	r, err := s.report(ctx, keys, elapsed)
+	r.Audited = err == nil
 	r.Phases = s.phases(end, endCounters)
 	if ts, ok := b.(TruthStater); ok && err == nil {
 		err = s.checkPhases(ctx, ts, r.Phases)
 	}
 	return r, err
+}
+
+// partial is the report of a sale ctx ended: the buyers admitted until
+// then, and the books read on a context of their own, bounded by
+// PartialAuditTimeout, once the buyers and the backend's background work
+// stopped. Holds due (abandoned) are expired first, as at the end of a
+// sale; the holds of buyers cut off before their claim stay held (Held).
+// The error wraps ctx's cause, and the audit's error when it failed.
+func (s *sale) partial(ctx context.Context, keys []reservation.ItemKey, elapsed time.Duration, end time.Time, endCounters map[string]int64) (Report, error) {
+	cause := context.Cause(ctx)
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.PartialAuditTimeout)
+	defer cancel()
+	_, err := s.b.ExpireDue(actx)
+	var r Report
+	if err == nil {
+		r, err = s.report(actx, keys, elapsed)
+	}
+	r.Partial, r.Audited = true, err == nil
+	r.Phases = s.phases(end, endCounters)
+	if err != nil {
+		// The buyers' figures only: nothing read from the books.
+		r, _ = s.report(actx, nil, elapsed)
+		r.Partial, r.Phases, r.Stock, r.Shops = true, s.phases(end, endCounters), s.cfg.Stock*int64(len(keys)), nil
+		for _, paid := range s.paid {
+			r.Paid += paid
+		}
+		return r, fmt.Errorf("flashsale: interrupted after %d of %d buyers (%w); its books could not be read within %v: %w",
+			r.Buyers, s.cfg.Buyers, cause, s.cfg.PartialAuditTimeout, err)
+	}
+	return r, fmt.Errorf("flashsale: interrupted after %d of %d buyers: %w", r.Buyers, s.cfg.Buyers, cause)
 }
 
 // checkPhases asks the source of truth of every reservation of the sale
@@ -505,6 +575,7 @@ type sale struct {
 	soldOut       atomic.Int64
 	abandoned     atomic.Int64
 	failed        atomic.Int64
+	interrupted   atomic.Int64    // checkouts cut short by the end of ctx
 	latencies     []time.Duration // by buyer; 0 when the reserve failed
 	start         time.Time       // the sale's start
 	reservedAt    []time.Duration // by buyer: when its successful reserve ended, since start
@@ -565,7 +636,7 @@ func (s *sale) buy(ctx context.Context, b int) {
 			break
 		}
 		if !errors.Is(err, reservation.ErrInsufficientStock) {
-			s.failed.Add(1)
+			s.failedOrInterrupted(ctx)
 			return
 		}
 		// Like a shopper, drop the lines sold for good and keep the rest;
@@ -626,6 +697,16 @@ func (s *sale) buy(ctx context.Context, b int) {
 		}
 		sleep(ctx, time.Duration(try+1)*time.Millisecond)
 	}
+	s.failedOrInterrupted(ctx)
+}
+
+// failedOrInterrupted counts a checkout that ended without its answer:
+// interrupted when ctx ended, failed otherwise.
+func (s *sale) failedOrInterrupted(ctx context.Context) {
+	if ctx.Err() != nil {
+		s.interrupted.Add(1)
+		return
+	}
 	s.failed.Add(1)
 }
 
@@ -671,7 +752,8 @@ func (s *sale) keepLines(ctx context.Context, p reservation.ReserveParams) ([]re
 func (s *sale) report(ctx context.Context, keys []reservation.ItemKey, elapsed time.Duration) (Report, error) {
 	r := Report{Backend: s.b.Name(), Elapsed: elapsed, Reserves: s.reserves.Load(),
 		Stock: s.cfg.Stock * int64(len(keys)), SoldOut: s.soldOut.Load(), Abandoned: s.abandoned.Load(),
-		FailedCalls: s.failed.Load(), KilledClaims: s.killed.Load(), Restarts: s.restarts.Load(), LostHolds: s.lostHolds.Load()}
+		FailedCalls: s.failed.Load(), KilledClaims: s.killed.Load(), Restarts: s.restarts.Load(), LostHolds: s.lostHolds.Load(),
+		Interrupted: s.interrupted.Load(), Buyers: s.started.Load()}
 	if eb, ok := s.b.(*engineBackend); ok {
 		st := eb.e.Stats()
 		r.Strategy, r.Retries, r.Refills, r.ShortReads = eb.strategy, st.Retries, st.InlineRefills, st.ShortReads
@@ -696,28 +778,44 @@ func (s *sale) report(ctx context.Context, keys []reservation.ItemKey, elapsed t
 		r.SoldOutElapsed = lastRefusal - r.ReservingElapsed
 		r.SoldOutRate = float64(r.SoldOutAfter) / r.SoldOutElapsed.Seconds()
 	}
-	type shopBooks struct{ stock, paid, ledgerOnly, wanted int64 }
+	type shopBooks struct {
+		ShopReport
+		ledgerOnly, wanted int64
+	}
 	perShop := map[uint64]*shopBooks{}
 	for _, shop := range s.shops {
-		perShop[shop] = &shopBooks{}
+		perShop[shop] = &shopBooks{ShopReport: ShopReport{ShopID: shop}}
 	}
 	for _, k := range keys {
 		b, err := s.b.Audit(ctx, k)
 		if err != nil {
 			return r, err
 		}
+		s.mu.Lock()
 		paid := s.paid[k]
+		s.mu.Unlock()
+		oversold := max(0, paid-s.cfg.Stock) + max(0, paid-b.Claimed)
+		held := max(0, b.Held-b.OrphanHeld) // held by live reservations
 		r.Sold += b.Claimed
 		r.Paid += paid
-		r.Oversold += max(0, paid-s.cfg.Stock) + max(0, paid-b.Claimed)
+		r.Oversold += oversold
 		r.Undersold += max(0, b.Claimed-paid) // units the ledger counts sold that nobody paid for
 		r.Leaked += b.Leaked()
+		r.Held += held
+		r.OnHand += b.OnHand
 		sb := perShop[k.ShopID]
-		sb.stock += s.cfg.Stock
-		sb.paid += paid
+		sb.Stock += s.cfg.Stock
+		sb.Sold += b.Claimed
+		sb.Paid += paid
+		sb.Held += held
+		sb.OnHand += b.OnHand
+		sb.Oversold += oversold
+		sb.Leaked += b.Leaked()
 		sb.ledgerOnly += max(0, b.Claimed-paid)
 	}
-	r.Buyers = s.started.Load()
+	for _, shop := range s.shops {
+		r.Shops = append(r.Shops, perShop[shop].ShopReport)
+	}
 	// A shop whose buyers (those who meant to pay) were as many as its
 	// units, all of whom came, sells every unit: any left is undersold.
 	// (One unit per buyer: known for one-line carts, and for one shop as
@@ -729,8 +827,8 @@ func (s *sale) report(ctx context.Context, keys []reservation.ItemKey, elapsed t
 	}
 	if r.Buyers == int64(s.cfg.Buyers) && (s.cfg.CartSize == 1 || len(s.shops) == 1) {
 		for _, sb := range perShop {
-			if sb.wanted >= sb.stock {
-				r.Undersold += max(0, sb.stock-sb.paid-sb.ledgerOnly)
+			if sb.wanted >= sb.Stock {
+				r.Undersold += max(0, sb.Stock-sb.Paid-sb.ledgerOnly)
 			}
 		}
 	}

@@ -243,3 +243,58 @@ func TestLastAbandonedHoldsAreNotLeaked(t *testing.T) {
 		t.Errorf("after the sale %d units are still held (%+v): the abandoned holds were not yet due at the final expiry", books.Held, books)
 	}
 }
+
+// TestInterruptedSaleReportsWhatItHas: a sale whose context ends midway
+// (Ctrl-C) returns the report of the buyers admitted so far, its books read
+// after they stopped: they balance, every unit the ledger sold is paid for
+// or was claimed as its buyer was cut off, and the holds left are the cut
+// off buyers'. Run returned an empty report before.
+func TestInterruptedSaleReportsWhatItHas(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		timeout time.Duration
+	}{{"audited", 0}, {"audit out of time", time.Nanosecond}} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			shops := []uint64{uint64(time.Now().UnixNano()), uint64(time.Now().UnixNano()) + 1}
+			r, err := Run(ctx, Config{MySQL: testenv.NewDatabase(t).Config(), Buyers: 100_000, Concurrency: 8,
+				Stock: 100_000, ShopIDs: shops, PaymentDelay: time.Millisecond, AbandonRate: 0.1,
+				PartialAuditTimeout: tc.timeout,
+				Progress: func(done, _ int) {
+					if done == 200 {
+						cancel() // the signal, once 200 buyers were served
+					}
+				}})
+			t.Logf("%v\n%+v", err, r)
+			if !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "interrupted after") {
+				t.Fatalf("Run: %v, want an interruption wrapping context.Canceled", err)
+			}
+			if !r.Partial || r.Buyers < 200 || r.Buyers >= 100_000 || r.Reserves < 150 || r.Stock != 200_000 {
+				t.Errorf("want a partial report of the buyers admitted: %+v", r)
+			}
+			if tc.timeout > 0 {
+				if r.Audited || !strings.Contains(err.Error(), "could not be read within 1ns") ||
+					!errors.Is(err, context.DeadlineExceeded) || r.Sold != 0 || r.Shops != nil || r.Paid == 0 {
+					t.Errorf("an audit out of time must say so and report no books: %v, %+v", err, r)
+				}
+				return
+			}
+			if !r.Audited || !r.Balanced() || r.Sold == 0 || r.Sold != r.Paid+r.Undersold ||
+				r.Held > r.Interrupted || r.FailedCalls != 0 {
+				t.Errorf("the interrupted sale's books: %+v\nwant audited, balanced (sold+on hand = stock, 0 oversold, 0 leaked), "+
+					"sold = paid + claimed as cut off, held only by cut-off buyers", r)
+			}
+			var sold, onHand int64
+			for i, sr := range r.Shops {
+				if sr.ShopID != shops[i] || sr.Stock != 100_000 || sr.Sold+sr.OnHand != sr.Stock {
+					t.Errorf("shop %d: %+v", i, sr)
+				}
+				sold, onHand = sold+sr.Sold, onHand+sr.OnHand
+			}
+			if len(r.Shops) != 2 || sold != r.Sold || onHand != r.OnHand {
+				t.Errorf("per shop %+v does not add up to sold %d, on hand %d", r.Shops, r.Sold, r.OnHand)
+			}
+		})
+	}
+}

@@ -347,10 +347,13 @@ func (f *flashsaleCmd) run(ctx context.Context) error {
 			}
 			return nil
 		}
+		// A signal must end the command within a second: the interrupted
+		// sale's audit gets most of it.
+		cfg.PartialAuditTimeout = flashsalePartialAudit
 		r, err := flashsale.Run(ctx, cfg)
 		cfg.AfterStock, cfg.Progress = stock, nil
 		if err != nil && ctx.Err() != nil {
-			return f.interrupted(ctx, s, reports, served.Load(), time.Since(started))
+			return f.interrupted(ctx, s, reports, r, err, served.Load(), time.Since(started))
 		}
 		if err != nil {
 			return fmt.Errorf("flash sale with strategy %s: %w", s, err)
@@ -380,15 +383,26 @@ func (f *flashsaleCmd) run(ctx context.Context) error {
 	return nil
 }
 
+// flashsalePartialAudit bounds the audit of a sale a signal stopped: the
+// command exits within a second of the signal.
+const flashsalePartialAudit = 600 * time.Millisecond
+
 // interrupted reports a sale a signal stopped: the strategies that ran to
-// their end, then how far the interrupted one got. The reservation library
-// returns no report for an interrupted sale (its books are audited only at
-// rest), so that one is told by the buyers served, marked PARTIAL.
-func (f *flashsaleCmd) interrupted(ctx context.Context, s reservation.Strategy, done []flashsale.Report, served int64, took time.Duration) error {
+// their end, then the interrupted one's report, marked PARTIAL: the buyers
+// admitted so far and its books, audited once they stopped (or why they
+// could not be: runErr).
+func (f *flashsaleCmd) interrupted(ctx context.Context, s reservation.Strategy, done []flashsale.Report, r flashsale.Report,
+	runErr error, served int64, took time.Duration) error {
+	fmt.Fprintln(f.errOut, "holdtime flashsale: interrupted: stopping (Ctrl-C again exits at once)")
 	name := cmp.Or(string(s), f.backend)
 	if f.jsonOut {
+		part := flashsaleRunJSON(r)
 		doc := map[string]any{"partial": true, "interrupted_strategy": name, "buyers": f.buyers,
-			"buyers_served": served, "elapsed_seconds": took.Seconds(), "completed": done}
+			"buyers_served": served, "elapsed_seconds": took.Seconds(), "completed": done, "interrupted": part,
+			"books_balance": r.Audited && r.Balanced()}
+		if !r.Audited {
+			doc["audit_error"] = runErr.Error()
+		}
 		if err := json.NewEncoder(f.out).Encode(doc); err != nil {
 			return err
 		}
@@ -398,12 +412,50 @@ func (f *flashsaleCmd) interrupted(ctx context.Context, s reservation.Strategy, 
 		if err := writeFlashsaleReport(f.out, r); err != nil {
 			return err
 		}
+		fmt.Fprintln(f.out)
 	}
-	fmt.Fprintf(f.out, "PARTIAL: interrupted after %v: strategy %s served %d of %d buyers (%.1f buyers/s); "+
-		"its books were not audited, so nothing is said of oversold, undersold or leaked units\n",
+	fmt.Fprintf(f.out, "PARTIAL: interrupted after %v: strategy %s served %d of %d buyers (%.1f buyers/s)",
 		took.Round(time.Millisecond), name, served, f.buyers, float64(served)/max(took.Seconds(), 1e-3))
-	fmt.Fprintln(f.errOut, "holdtime flashsale: interrupted: stopping (Ctrl-C again exits at once)")
+	if !r.Audited {
+		fmt.Fprintf(f.out, "; its books could not be audited, so nothing is said of oversold, undersold or leaked units (%v)\n", runErr)
+		return ctx.Err()
+	}
+	fmt.Fprintln(f.out, "; its books, audited after the buyers stopped:")
+	if err := writeFlashsaleReport(f.out, r); err != nil {
+		return err
+	}
+	fmt.Fprintln(f.out, flashsaleBooks(r))
 	return ctx.Err()
+}
+
+// flashsaleBooks says whether an interrupted sale's books balance, and if
+// not, why not.
+func flashsaleBooks(r flashsale.Report) string {
+	var why []string
+	if r.Sold+r.OnHand != r.Stock {
+		why = append(why, fmt.Sprintf("%d sold + %d on hand is not the %d stocked", r.Sold, r.OnHand, r.Stock))
+	}
+	if r.Oversold > 0 {
+		why = append(why, fmt.Sprintf("%d oversold", r.Oversold))
+	}
+	if r.Leaked > 0 {
+		why = append(why, fmt.Sprintf("%d leaked", r.Leaked))
+	}
+	var notes []string
+	if r.Held > 0 {
+		notes = append(notes, fmt.Sprintf("%d units still held by buyers the signal cut off before paying (they expire like any hold)", r.Held))
+	}
+	if r.Undersold > 0 {
+		notes = append(notes, fmt.Sprintf("%d units claimed as the signal cut their buyer off before the answer (undersold: sold, nobody told)", r.Undersold))
+	}
+	line := fmt.Sprintf("books balance: %d sold + %d on hand = %d stocked, 0 oversold, 0 leaked", r.Sold, r.OnHand, r.Stock)
+	if len(why) > 0 {
+		line = "books DO NOT balance: " + strings.Join(why, "; ")
+	}
+	if len(notes) > 0 {
+		line += "; " + strings.Join(notes, "; ")
+	}
+	return line
 }
 
 // database returns the driver config to sell in, a description without
@@ -513,6 +565,15 @@ func writeFlashsaleReport(w io.Writer, r flashsale.Report) error {
 			r.KilledClaims, r.Restarts, r.LostHolds)
 	}
 	fmt.Fprintf(tw, "paid\t%d units (the buyers' truth; the ledger says %d sold)\n", r.Paid, r.Sold)
+	if r.Partial {
+		fmt.Fprintf(tw, "held\t%d units by %d checkouts the signal cut short\n", r.Held, r.Interrupted)
+	}
+	if len(r.Shops) > 1 {
+		for _, sh := range r.Shops {
+			fmt.Fprintf(tw, "shop %d\t%d of %d units sold, %d paid, %d held, %d oversold, %d leaked\n",
+				sh.ShopID, sh.Sold, sh.Stock, sh.Paid, sh.Held, sh.Oversold, sh.Leaked)
+		}
+	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
@@ -605,6 +666,13 @@ type flashsaleRun struct {
 	KilledClaims          int64   `json:"killed_claims"`
 	Restarts              int64   `json:"restarts"`
 	LostHolds             int64   `json:"lost_holds"`
+	// An interrupted sale's report: partial, and whether its books were
+	// read (held: units live holds kept; on_hand: the ledger's unsold).
+	Partial     bool  `json:"partial,omitempty"`
+	Audited     bool  `json:"audited,omitempty"`
+	Held        int64 `json:"held,omitempty"`
+	OnHand      int64 `json:"on_hand,omitempty"`
+	Interrupted int64 `json:"interrupted_checkouts,omitempty"`
 }
 
 func writeFlashsaleJSON(w io.Writer, where string, reports []flashsale.Report) error {
@@ -613,20 +681,26 @@ func writeFlashsaleJSON(w io.Writer, where string, reports []flashsale.Report) e
 		Runs   []flashsaleRun `json:"runs"`
 	}{Server: where}
 	for _, r := range reports {
-		doc.Runs = append(doc.Runs, flashsaleRun{Strategy: string(r.Strategy), Buyers: r.Buyers,
-			ElapsedSeconds: r.Elapsed.Seconds(), Reserves: r.Reserves, Throughput: r.Throughput,
-			ReserveP50Seconds: r.ReserveP50.Seconds(), ReserveP99Seconds: r.ReserveP99.Seconds(), Stock: r.Stock,
-			Sold: r.Sold, Oversold: r.Oversold, Undersold: r.Undersold, Leaked: r.Leaked, SoldOut: r.SoldOut,
-			Abandoned: r.Abandoned, Retries: r.Retries, Refills: r.Refills, ShortReads: r.ShortReads,
-			FailedCalls: r.FailedCalls, Backend: r.Backend, Paid: r.Paid, KilledClaims: r.KilledClaims,
-			Restarts: r.Restarts, LostHolds: r.LostHolds, ReservingElapsedSeconds: r.ReservingElapsed.Seconds(),
-			ReservingThroughput: r.ReservingThroughput, SoldOutAfter: r.SoldOutAfter,
-			SoldOutElapsedSeconds: r.SoldOutElapsed.Seconds(), SoldOutRate: r.SoldOutRate,
-			SoldOutP50Seconds: r.SoldOutP50.Seconds(), SoldOutP99Seconds: r.SoldOutP99.Seconds()})
+		doc.Runs = append(doc.Runs, flashsaleRunJSON(r))
 	}
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(doc)
+}
+
+// flashsaleRunJSON is r in --json output.
+func flashsaleRunJSON(r flashsale.Report) flashsaleRun {
+	return flashsaleRun{Strategy: string(r.Strategy), Buyers: r.Buyers,
+		ElapsedSeconds: r.Elapsed.Seconds(), Reserves: r.Reserves, Throughput: r.Throughput,
+		ReserveP50Seconds: r.ReserveP50.Seconds(), ReserveP99Seconds: r.ReserveP99.Seconds(), Stock: r.Stock,
+		Sold: r.Sold, Oversold: r.Oversold, Undersold: r.Undersold, Leaked: r.Leaked, SoldOut: r.SoldOut,
+		Abandoned: r.Abandoned, Retries: r.Retries, Refills: r.Refills, ShortReads: r.ShortReads,
+		FailedCalls: r.FailedCalls, Backend: r.Backend, Paid: r.Paid, KilledClaims: r.KilledClaims,
+		Restarts: r.Restarts, LostHolds: r.LostHolds, ReservingElapsedSeconds: r.ReservingElapsed.Seconds(),
+		ReservingThroughput: r.ReservingThroughput, SoldOutAfter: r.SoldOutAfter,
+		SoldOutElapsedSeconds: r.SoldOutElapsed.Seconds(), SoldOutRate: r.SoldOutRate,
+		SoldOutP50Seconds: r.SoldOutP50.Seconds(), SoldOutP99Seconds: r.SoldOutP99.Seconds(),
+		Partial: r.Partial, Audited: r.Audited, Held: r.Held, OnHand: r.OnHand, Interrupted: r.Interrupted}
 }
 
 // serveAppMetrics serves an OpenTelemetry MeterProvider's metrics in the

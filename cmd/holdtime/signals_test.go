@@ -241,14 +241,26 @@ func TestSignalsStopLongCommandsWithWhatTheyHave(t *testing.T) {
 	}{{syscall.SIGINT, 130}, {syscall.SIGTERM, 143}} {
 		t.Run("flashsale "+tc.sig.String(), func(t *testing.T) {
 			testenv.Require(t)
-			s := startHoldtime(t, bin, "first buyer served", "flashsale", "--buyers", "2000000", "--concurrency", "8", "--stock", "1000000")
+			// Two shops of 1,000,000 units each: the report has a line per shop.
+			s := startHoldtime(t, bin, "first buyer served", "flashsale", "--buyers", "2000000", "--concurrency", "8",
+				"--stock", "1000000", "--shops", "2")
 			code, took := s.signal(t, tc.sig, false)
-			served := regexp.MustCompile(`served ([0-9]+) of 2000000 buyers`).FindStringSubmatch(s.output())
+			out := s.output()
+			served := regexp.MustCompile(`served ([0-9]+) of 2000000 buyers`).FindStringSubmatch(out)
 			if code != tc.code || took > time.Second || served == nil || served[1] == "0" ||
 				!strings.Contains(s.errOut.String(), "interrupted") {
-				t.Errorf("exit %d after %v, want %d within 1 s with a PARTIAL report of the buyers served: %s%s", code, took, tc.code, s.output(), s.errOut.String())
+				t.Errorf("exit %d after %v, want %d within 1 s with a PARTIAL report of the buyers served: %s%s", code, took, tc.code, out, s.errOut.String())
 			}
-			t.Logf("flashsale stopped in %v: %s", took, s.output())
+			// The interrupted sale's books, audited after its buyers stopped:
+			// units sold per the ledger, per shop, and the books balance.
+			sold := regexp.MustCompile(`(?m)^sold +([0-9]+) of 2000000 units$`).FindStringSubmatch(out)
+			balance := regexp.MustCompile(`books balance: ([0-9]+) sold \+ ([0-9]+) on hand = 2000000 stocked, 0 oversold, 0 leaked`).FindStringSubmatch(out)
+			shops := regexp.MustCompile(`(?m)^shop [0-9]+ +([0-9]+) of 1000000 units sold`).FindAllStringSubmatch(out, -1)
+			if sold == nil || sold[1] == "0" || balance == nil || balance[1] != sold[1] || len(shops) != 2 ||
+				!strings.Contains(out, "books, audited after the buyers stopped") {
+				t.Errorf("want the partial report's audited books: units sold (not 0), a line per shop, and that they balance: %s", out)
+			}
+			t.Logf("flashsale stopped in %v: %s", took, out)
 		})
 	}
 	t.Run("demo SIGINT", func(t *testing.T) {

@@ -21,15 +21,28 @@
 // processlist id, in a transaction or pinned) it returns a tag and a
 // Quality:
 //
+//   - A read inside the span, Exact: a Sample's Start..End is a span in
+//     which the caller knows the session held the backend idle (one
+//     processlist sample, or a run of them the sampler knows is one idle
+//     hold). A read that started and ended within it saw the backend while
+//     the session held it idle: the transaction it shows ACTIVE, or the last
+//     statement it shows completed, is the session's.
 //   - Transaction, Exact by causal order: a transaction ACTIVE with the
 //     same EVENT_ID in a read that ended before the sample started and in
 //     one that started after the sample ended was open throughout the
 //     sample, so the session ProxySQL showed idle in a transaction on that
-//     backend owns it. Its tag is the first tagged statement of that
-//     transaction (a later read supplies it when the session has only run
-//     BEGIN so far: Result.Pending). No clock mapping, no slack: statements
-//     of the backend's previous borrower belong to another transaction and
-//     never name it.
+//     backend owns it. More generally the session's transaction is among
+//     those the backend may have had open between the two reads: shown by
+//     the later read, not shown ended by the earlier one, and not older than
+//     one the earlier read shows begun (transactions on one connection
+//     follow each other). A read is not a snapshot (its parts are read one
+//     after the other), so only these one-sided facts are used. When every
+//     such transaction names the same tag the result is exact; when they
+//     do not, the server's timer picks the one open at the middle of the
+//     sample and the result is Inferred. A transaction's tag is its first
+//     tagged statement (a later read supplies it when the session has only
+//     run BEGIN so far: Result.Pending). Statements of the backend's
+//     previous borrower belong to another transaction and never name it.
 //   - Pin, Exact by event order: the session took the backend by sending a
 //     statement on it and nothing else can use it while held, so the last
 //     statement the backend completed (by EVENT_ID) before the sample is
@@ -64,8 +77,9 @@
 //     event (OWNER_EVENT_ID) and COUNT_EXECUTE. A Prepare is named exactly
 //     by its OWNER_EVENT_ID. An Execute is named exactly when the thread's
 //     prepared statements all carry one tag, or when the statements whose
-//     COUNT_EXECUTE moved between the read that first shows the Execute and
-//     the one before all carry one tag; when several tags moved it is
+//     COUNT_EXECUTE moved between the read that first shows the Execute
+//     (completed) and the read two before the one that first shows it at
+//     all (a read is not a snapshot) all carry one tag; when several tags moved it is
 //     Inferred (the one that executed most). A statement prepared, executed
 //     and closed between two reads (go-sql-driver's Query with arguments
 //     without interpolateParams) leaves no text anywhere: Unknown.

@@ -308,15 +308,25 @@ func (d *demoCmd) phase(ctx context.Context, name, what string, db *sql.DB, mp *
 			}
 		}
 	}()
+	var first sync.Once
 	sale, saleErr := flashsale.Run(ctx, flashsale.Config{
 		DB: db, Buyers: 1_000_000, Concurrency: d.buyers, Items: 4, Stock: 200_000,
 		Duration: dur, MeterProvider: mp,
+		// A signal ends the demo within a second: the sale's audit gets half.
+		PartialAuditTimeout: 500 * time.Millisecond,
+		Progress: func(int, int) {
+			if d.errOut != nil {
+				first.Do(func() { fmt.Fprintf(d.errOut, "holdtime demo: %s: first buyer served\n", name) })
+			}
+		},
 	})
 	cancel()
 	wg.Wait()
 	<-liveDone
 	if saleErr != nil && ctx.Err() != nil {
-		return res, d.interrupted(ctx, name, time.Since(phaseStart), col, live, width)
+		err := d.interrupted(ctx, name, time.Since(phaseStart), col, live, width)
+		d.interruptedSale(sale, saleErr)
+		return res, err
 	}
 	if saleErr != nil {
 		return res, saleErr
@@ -369,6 +379,20 @@ func (d *demoCmd) interrupted(ctx context.Context, half string, after time.Durat
 		after.Round(time.Millisecond), half, demoWindow)
 	d.drawTop(d.view(col), width)
 	return ctx.Err()
+}
+
+// interruptedSale tells what the sale of a half a signal stopped did: its
+// report, audited once its buyers stopped, marked PARTIAL.
+func (d *demoCmd) interruptedSale(r flashsale.Report, runErr error) {
+	if !r.Partial {
+		return // stopped before its first buyer
+	}
+	fmt.Fprintf(d.out, "PARTIAL sale: %d buyers came, %d reserves, %d paid", r.Buyers, r.Reserves, r.Paid)
+	if !r.Audited {
+		fmt.Fprintf(d.out, "; its books could not be audited (%v)\n", runErr)
+		return
+	}
+	fmt.Fprintf(d.out, ", sold %d of %d units; %s\n", r.Sold, r.Stock, flashsaleBooks(r))
 }
 
 // taxQuote is the checkout step. Before the fix it borrows a connection,

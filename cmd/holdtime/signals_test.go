@@ -265,14 +265,22 @@ func TestSignalsStopLongCommandsWithWhatTheyHave(t *testing.T) {
 	}
 	t.Run("demo SIGINT", func(t *testing.T) {
 		testenv.Require(t)
-		s := startHoldtime(t, bin, "== before", "demo", "--duration", "120s", "--no-proxysql", "--no-redis-lesson", "--color", "never",
+		s := startHoldtime(t, bin, "before: first buyer served", "demo", "--duration", "120s", "--no-proxysql", "--no-redis-lesson", "--color", "never",
 			"--listen", "127.0.0.1:0")
 		code, took := s.signal(t, syscall.SIGINT, false)
-		if code != 130 || took > time.Second || !strings.Contains(s.output(), "PARTIAL: interrupted") ||
-			!strings.Contains(s.output(), "TAG") {
-			t.Errorf("exit %d after %v, want 130 within 1 s with the ranking so far: %s%s", code, took, s.output(), s.errOut.String())
+		out := s.output()
+		if code != 130 || took > time.Second || !strings.Contains(out, "PARTIAL: interrupted") ||
+			!strings.Contains(out, "TAG") {
+			t.Errorf("exit %d after %v, want 130 within 1 s with the ranking so far: %s%s", code, took, out, s.errOut.String())
 		}
-		t.Logf("demo stopped in %v", took)
+		// The half's sale, audited once its buyers stopped: at least the
+		// first buyer's unit sold, and the books balance.
+		sale := regexp.MustCompile(`PARTIAL sale: [0-9]+ buyers came, [0-9]+ reserves, [0-9]+ paid, sold ([0-9]+) of 800000 units; ` +
+			`books balance: ([0-9]+) sold \+ [0-9]+ on hand = 800000 stocked, 0 oversold, 0 leaked`).FindStringSubmatch(out)
+		if sale == nil || sale[1] == "0" || sale[1] != sale[2] {
+			t.Errorf("want the interrupted sale's audited books (units sold, balanced): %s", out)
+		}
+		t.Logf("demo stopped in %v: %s", took, out)
 	})
 	t.Run("top SIGINT", func(t *testing.T) {
 		col := startHoldtime(t, bin, "serving on", "collect", "--otlp", "--listen", "127.0.0.1:0")

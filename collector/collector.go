@@ -6,7 +6,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"github.com/holdtime/holdtime/collector/internal/otlp"
 	"io"
 	"log/slog"
 	"math/rand/v2"
@@ -17,6 +16,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/holdtime/holdtime/collector/internal/otlp"
 
 	"github.com/go-sql-driver/mysql"
 	"github.com/prometheus/client_golang/prometheus"
@@ -270,6 +271,18 @@ func parseDSN(dsn string, timeout time.Duration) (*mysql.Config, error) {
 	return mc, nil
 }
 
+// board is where sources leave evidence for each other instead of reaching
+// into one another: each MySQL target's statements per backend thread (its
+// serverJoin), read by the ProxySQL targets' proxy↔server join. New fills
+// it before Run; it is read-only after. (App span hints reach their target
+// through the span router; events-log open tags stay within one ProxySQL
+// target.)
+type board struct {
+	joins []*serverJoin
+}
+
+func (b *board) serverJoins() []*serverJoin { return b.joins }
+
 // Collector polls the configured sources and serves what they saw.
 type Collector struct {
 	cfg     Config
@@ -278,6 +291,7 @@ type Collector struct {
 	mysqls  []*mysqlTarget
 	otlp    *otlp.Receiver
 	router  *spanRouter // nil without the OTLP receiver
+	board   *board
 	// pollSeconds is how long each poll took, failed ones included: the
 	// runner's, so every polled source has it.
 	pollSeconds *prometheus.HistogramVec
@@ -298,11 +312,11 @@ func New(cfg Config) (*Collector, error) {
 	if err != nil {
 		return nil, fmt.Errorf("collector config: %w", err)
 	}
-	c := &Collector{cfg: cfg, st: newStore(cfg.MaxTags, time.Now), router: router}
+	c := &Collector{cfg: cfg, st: newStore(cfg.MaxTags, time.Now), router: router, board: &board{}}
 	// Each target's main source is known (and down) from the start, so
 	// that Ready means "every target has answered", not "nothing has run".
 	for _, p := range cfg.ProxySQL {
-		t, err := newProxySQLTarget(c, p)
+		t, err := newProxySQLTarget(c.st, cfg, c.board, c.router, p)
 		if err != nil {
 			c.closeTargets()
 			return nil, fmt.Errorf("collector config: proxysql target %q: %w", p.Name, err)
@@ -320,12 +334,13 @@ func New(cfg Config) (*Collector, error) {
 		}
 	}
 	for _, m := range cfg.MySQL {
-		t, err := newMySQLTarget(c, m)
+		t, err := newMySQLTarget(c.st, cfg, c.router, m)
 		if err != nil {
 			c.closeTargets()
 			return nil, fmt.Errorf("collector config: mysql target %q: %w", m.Name, err)
 		}
 		c.mysqls = append(c.mysqls, t)
+		c.board.joins = append(c.board.joins, t.join)
 		if c.router.mysqlHinted(cfg, m.Name) {
 			c.router.connect(cfg, c.router.mysqlKeys[m.Name], t.hint)
 		}
@@ -382,12 +397,22 @@ func (c *Collector) Run(ctx context.Context) error {
 	if !c.running.TryLock() {
 		return errors.New("collector is already running: create another Collector")
 	}
-	var wg sync.WaitGroup
+	var all []polled
 	for _, p := range c.proxies {
-		p.start(ctx, &wg)
+		all = append(all, p.polled()...)
 	}
 	for _, m := range c.mysqls {
-		m.start(ctx, &wg)
+		all = append(all, m.polled()...)
+	}
+	var wg sync.WaitGroup
+	for _, src := range all {
+		p := &poller{c: c, polled: src}
+		wg.Go(func() {
+			if p.stop != nil {
+				defer p.stop()
+			}
+			p.run(ctx)
+		})
 	}
 	wg.Wait()
 	var errs []error
@@ -410,15 +435,13 @@ func roundWindow(w time.Duration) time.Duration {
 	return 5 * time.Minute
 }
 
-// poller is the runner of every polled source: each table or file of a
-// target (processlist, digests, pool, the events log, the MySQL server and
-// its locks) is one poll function that reads it once, and the poller alone
-// decides when it runs, times it (holdtime_collector_poll_duration_seconds),
+// polled is one polled source: one table or file of one target, read once
+// by poll. Targets list theirs (polled()); the runner (poller) alone
+// decides when each runs, times it (holdtime_collector_poll_duration_seconds),
 // backs off while it fails and marks it up or down in the store. A new
-// polled source is one such function and one poller in its target's start.
+// polled source is a poll function and one entry in its target's polled().
 // OTLP, the one push source, is an http.Handler instead (internal/otlp).
-type poller struct {
-	c        *Collector
+type polled struct {
 	target   string
 	source   Source
 	interval time.Duration
@@ -428,6 +451,14 @@ type poller struct {
 	// failure classifies a failed poll; nil: FailureOf, for the sources
 	// that speak the MySQL protocol.
 	failure func(error) Failure
+	// stop, when set, runs once the runner returns (the tailer's file).
+	stop func()
+}
+
+// poller runs one polled source for the Collector.
+type poller struct {
+	c *Collector
+	polled
 }
 
 func (p *poller) run(ctx context.Context) {
@@ -479,14 +510,11 @@ func (p *poller) run(ctx context.Context) {
 	}
 }
 
-// runTailer reads an events log under the runner, like every polled
-// source, until ctx ends: it polls every EventsLogPoll, backs off while the
-// file is unreadable (a file error carries no credentials and is no
-// network failure: FailureOther), and marks the source up or down.
+// runTailer reads an events log under the runner until ctx ends (tests;
+// Run runs it from the ProxySQL target's polled()).
 func (c *Collector) runTailer(ctx context.Context, tl *tailer) {
 	defer tl.closeFile()
-	p := &poller{c: c, target: tl.target, source: SourceProxySQLEvents, interval: tl.poll, poll: tl.pollOnce,
-		failure: func(error) Failure { return FailureOther }}
+	p := &poller{c: c, polled: tl.polled()}
 	p.run(ctx)
 }
 
@@ -522,8 +550,8 @@ func openDB(mc *mysql.Config, maxConns int) (*sql.DB, error) {
 }
 
 // recordPath is where a target's recording of table goes.
-func (c *Collector) recordPath(target, file string) string {
-	return filepath.Join(c.cfg.RecordDir, target, file)
+func recordPath(dir, target, file string) string {
+	return filepath.Join(dir, target, file)
 }
 
 // Handler serves /metrics, /api/v1/top, /healthz, /readyz and, with the

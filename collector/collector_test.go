@@ -12,10 +12,10 @@ import (
 func TestTargetsRejectBadDSN(t *testing.T) {
 	c := &Collector{cfg: Config{Timeout: time.Second}, st: newStore(10, time.Now)}
 	const bad = "app:hunter2@tcp(127.0.0.1:6032/"
-	if _, err := newProxySQLTarget(c, ProxySQLConfig{Name: "px", DSN: bad}); err == nil || strings.Contains(err.Error(), "hunter2") {
+	if _, err := newProxySQLTarget(c.st, c.cfg, c.board, c.router, ProxySQLConfig{Name: "px", DSN: bad}); err == nil || strings.Contains(err.Error(), "hunter2") {
 		t.Errorf("proxysql target from a bad DSN: %v; want an error without the password", err)
 	}
-	if _, err := newMySQLTarget(c, MySQLConfig{Name: "db", DSN: bad}); err == nil || strings.Contains(err.Error(), "hunter2") {
+	if _, err := newMySQLTarget(c.st, c.cfg, c.router, MySQLConfig{Name: "db", DSN: bad}); err == nil || strings.Contains(err.Error(), "hunter2") {
 		t.Errorf("mysql target from a bad DSN: %v; want an error without the password", err)
 	}
 	for _, cfg := range []Config{

@@ -62,8 +62,8 @@ func (l *locksReader) blockers(waiter int64) []int64 {
 	return out
 }
 
-func newLocksReader(m *mysqlTarget, dsn string) (*locksReader, error) {
-	mc, err := parseDSN(dsn, m.c.cfg.Timeout)
+func newLocksReader(m *mysqlTarget, dsn string, timeout time.Duration) (*locksReader, error) {
+	mc, err := parseDSN(dsn, timeout)
 	if err != nil {
 		return nil, err
 	}
@@ -148,7 +148,7 @@ func (l *locksReader) poll(ctx context.Context) error {
 	l.mu.Unlock()
 	f := &lockFigures{locks: map[[3]string]int{}, sat: snap.Saturation,
 		lockOutputOn: !snap.LockOutput.Needed || snap.LockOutput.Enabled, statusTruncated: snap.StatusTruncated}
-	st := l.m.c.st
+	st := l.m.st
 	target := l.m.cfg.Name
 	st.setGauges(target, SourceMySQLLocks, func(_ *series, g *gauges) {
 		// Tags are capped against the server's own tag set: one bounded

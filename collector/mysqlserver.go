@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"strings"
 	"sync"
@@ -177,7 +178,8 @@ type statementSetup struct {
 
 // mysqlTarget polls one MySQL/MariaDB server.
 type mysqlTarget struct {
-	c      *Collector
+	st     *store
+	log    *slog.Logger
 	cfg    MySQLConfig
 	secret string
 	user   string
@@ -241,8 +243,8 @@ type joinRaw struct {
 	start, end uint64 // server timer, picoseconds
 }
 
-func newMySQLTarget(c *Collector, cfg MySQLConfig) (*mysqlTarget, error) {
-	mc, err := parseDSN(cfg.DSN, c.cfg.Timeout)
+func newMySQLTarget(st *store, ccfg Config, router *spanRouter, cfg MySQLConfig) (*mysqlTarget, error) {
+	mc, err := parseDSN(cfg.DSN, ccfg.Timeout)
 	if err != nil {
 		return nil, err
 	}
@@ -253,12 +255,12 @@ func newMySQLTarget(c *Collector, cfg MySQLConfig) (*mysqlTarget, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := &mysqlTarget{c: c, cfg: cfg, secret: mc.Passwd, user: mc.User, db: db, causes: mc.Logger.(*causeLogger),
+	m := &mysqlTarget{st: st, log: ccfg.Logger, cfg: cfg, secret: mc.Passwd, user: mc.User, db: db, causes: mc.Logger.(*causeLogger),
 		sessions: map[int64]*serverSession{}, maxGap: max(4*cfg.Interval, time.Second), batch: map[string]*tagDelta{},
 		seenStmts: map[stmtKey]uint64{}, running: map[stmtKey]*runningStmt{}, join: newServerJoin(),
-		hints: hintsIf(c.router.mysqlHinted(c.cfg, cfg.Name))}
+		hints: hintsIf(router.mysqlHinted(ccfg, cfg.Name))}
 	if cfg.LocksInterval > 0 {
-		if m.locks, err = newLocksReader(m, cfg.DSN); err != nil {
+		if m.locks, err = newLocksReader(m, cfg.DSN, ccfg.Timeout); err != nil {
 			db.Close()
 			return nil, err
 		}
@@ -266,14 +268,15 @@ func newMySQLTarget(c *Collector, cfg MySQLConfig) (*mysqlTarget, error) {
 	return m, nil
 }
 
-func (m *mysqlTarget) start(ctx context.Context, wg *sync.WaitGroup) {
-	p := &poller{c: m.c, target: m.cfg.Name, source: SourceMySQL, interval: m.cfg.Interval, poll: m.poll, secret: m.secret, causes: m.causes}
-	wg.Go(func() { p.run(ctx) })
+// polled lists the target's polled sources: the server and, when
+// configured, its locks.
+func (m *mysqlTarget) polled() []polled {
+	out := []polled{{target: m.cfg.Name, source: SourceMySQL, interval: m.cfg.Interval, poll: m.poll, secret: m.secret, causes: m.causes}}
 	if m.locks != nil {
-		lp := &poller{c: m.c, target: m.cfg.Name, source: SourceMySQLLocks, interval: m.cfg.LocksInterval, poll: m.locks.poll,
-			secret: m.secret, causes: m.causes}
-		wg.Go(func() { lp.run(ctx) })
+		out = append(out, polled{target: m.cfg.Name, source: SourceMySQLLocks, interval: m.cfg.LocksInterval, poll: m.locks.poll,
+			secret: m.secret, causes: m.causes})
 	}
+	return out
 }
 
 func (m *mysqlTarget) close() error {
@@ -407,7 +410,7 @@ func (m *mysqlTarget) pollLocked(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	m.c.st.malformed(m.cfg.Name, SourceMySQL, bad)
+	m.st.malformed(m.cfg.Name, SourceMySQL, bad)
 	m.apply(at, rows, stmts, waits)
 	m.lastPoll = at
 	return nil
@@ -453,7 +456,7 @@ func (m *mysqlTarget) readSetup(ctx context.Context) error {
 
 // restarted forgets the sessions of a server that restarted.
 func (m *mysqlTarget) restarted(sign string, uptime int64) {
-	m.c.cfg.Logger.Warn("server restarted: sessions that died with it earn no more hold",
+	m.log.Warn("server restarted: sessions that died with it earn no more hold",
 		"target", m.cfg.Name, "detected_by", sign, "uptime_seconds", uptime)
 	m.forget()
 }
@@ -591,15 +594,15 @@ func (m *mysqlTarget) readStatementSetup(ctx context.Context, conn *sql.Conn) (s
 
 // degrade publishes the degradations and logs a change once.
 func (m *mysqlTarget) degrade(d []Degradation) {
-	if !m.c.st.degrade(m.cfg.Name, SourceMySQL, d) {
+	if !m.st.degrade(m.cfg.Name, SourceMySQL, d) {
 		return
 	}
 	if len(d) == 0 {
-		m.c.cfg.Logger.Info("source no longer degraded", "target", m.cfg.Name, "source", SourceMySQL)
+		m.log.Info("source no longer degraded", "target", m.cfg.Name, "source", SourceMySQL)
 		return
 	}
 	for _, x := range d {
-		m.c.cfg.Logger.Warn("source degraded: "+x.Detail, "target", m.cfg.Name, "source", SourceMySQL, "reason", x.Reason, "fix", x.Fix)
+		m.log.Warn("source degraded: "+x.Detail, "target", m.cfg.Name, "source", SourceMySQL, "reason", x.Reason, "fix", x.Fix)
 	}
 }
 

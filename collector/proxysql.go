@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -33,12 +34,14 @@ const (
 // proxysqlTarget is one ProxySQL instance: its pollers share one small pool
 // of admin connections and one session state machine.
 type proxysqlTarget struct {
-	c        *Collector
-	cfg      ProxySQLConfig
-	secret   string
-	db       *sql.DB
-	causes   *causeLogger
-	sessions *proxysqlSessions
+	st        *store
+	log       *slog.Logger
+	recordDir string
+	cfg       ProxySQLConfig
+	secret    string
+	db        *sql.DB
+	causes    *causeLogger
+	sessions  *proxysqlSessions
 
 	rows    []ProcesslistRow // reused between samples
 	digests *digestState
@@ -49,8 +52,8 @@ type proxysqlTarget struct {
 	plFile *os.File
 }
 
-func newProxySQLTarget(c *Collector, cfg ProxySQLConfig) (*proxysqlTarget, error) {
-	mc, err := parseDSN(cfg.DSN, c.cfg.Timeout)
+func newProxySQLTarget(st *store, ccfg Config, b *board, router *spanRouter, cfg ProxySQLConfig) (*proxysqlTarget, error) {
+	mc, err := parseDSN(cfg.DSN, ccfg.Timeout)
 	if err != nil {
 		return nil, err
 	}
@@ -65,40 +68,35 @@ func newProxySQLTarget(c *Collector, cfg ProxySQLConfig) (*proxysqlTarget, error
 		ForgetAfter: time.Minute,
 	}
 	var joins func() []*serverJoin
-	if len(c.cfg.MySQL) > 0 {
+	if len(ccfg.MySQL) > 0 {
 		// Any MySQL target of this collector may be a backend: the join
 		// matches a backend by its address and thread id, so one that is
-		// not matches nothing. c.mysqls is complete before Run.
-		joins = func() []*serverJoin {
-			out := make([]*serverJoin, len(c.mysqls))
-			for i, m := range c.mysqls {
-				out[i] = m.join
-			}
-			return out
-		}
+		// not matches nothing. The board is complete before Run.
+		joins = b.serverJoins
 	}
-	t := &proxysqlTarget{c: c, cfg: cfg, secret: mc.Passwd, db: db, causes: mc.Logger.(*causeLogger),
-		sessions: newProxySQLSessions(cfg.Name, c.st, pc, cfg.EventsLog != "", c.router.proxyHinted(c.cfg, cfg.Name), cfg.TagGrace, joins),
+	t := &proxysqlTarget{st: st, log: ccfg.Logger, recordDir: ccfg.RecordDir, cfg: cfg, secret: mc.Passwd, db: db, causes: mc.Logger.(*causeLogger),
+		sessions: newProxySQLSessions(cfg.Name, st, pc, cfg.EventsLog != "", router.proxyHinted(ccfg, cfg.Name), cfg.TagGrace, joins),
 		digests:  newDigestState(), recs: map[string]*attrib.TableRecorder{}}
 	return t, nil
 }
 
-func (t *proxysqlTarget) start(ctx context.Context, wg *sync.WaitGroup) {
-	run := func(src Source, interval time.Duration, poll func(context.Context) error) {
-		p := &poller{c: t.c, target: t.cfg.Name, source: src, interval: interval, poll: poll, secret: t.secret, causes: t.causes}
-		wg.Go(func() { p.run(ctx) })
+// polled lists the target's polled sources: processlist, digests, pool
+// and, when configured, the events log.
+func (t *proxysqlTarget) polled() []polled {
+	src := func(s Source, interval time.Duration, poll func(context.Context) error) polled {
+		return polled{target: t.cfg.Name, source: s, interval: interval, poll: poll, secret: t.secret, causes: t.causes}
 	}
-	run(SourceProxySQLProcesslist, t.cfg.ProcesslistInterval, t.pollProcesslist)
+	out := []polled{src(SourceProxySQLProcesslist, t.cfg.ProcesslistInterval, t.pollProcesslist)}
 	if t.cfg.DigestInterval > 0 {
-		run(SourceProxySQLDigest, t.cfg.DigestInterval, t.pollDigest)
+		out = append(out, src(SourceProxySQLDigest, t.cfg.DigestInterval, t.pollDigest))
 	}
-	run(SourceProxySQLPool, t.cfg.PoolInterval, t.pollPool)
+	out = append(out, src(SourceProxySQLPool, t.cfg.PoolInterval, t.pollPool))
 	if t.cfg.EventsLog != "" {
 		tl := &tailer{path: t.cfg.EventsLog, poll: t.cfg.EventsLogPoll, target: t.cfg.Name, sessions: t.sessions,
-			sink: storeSink{t.c.st, t.cfg.Name, SourceProxySQLEvents}, log: t.c.cfg.Logger}
-		t.c.st.register(t.cfg.Name, SourceProxySQLEvents)
-		wg.Go(func() { t.c.runTailer(ctx, tl) })
+			sink: storeSink{t.st, t.cfg.Name, SourceProxySQLEvents}, log: t.log}
+		out = append(out, tl.polled())
 	}
+	return out
 }
 
 func (t *proxysqlTarget) close() error {
@@ -142,9 +140,9 @@ func (t *proxysqlTarget) pollProcesslist(ctx context.Context) error {
 	if err := rows.Err(); err != nil {
 		return fmt.Errorf("read stats_mysql_processlist: %w", err)
 	}
-	t.c.st.malformed(t.cfg.Name, SourceProxySQLProcesslist, bad)
+	t.st.malformed(t.cfg.Name, SourceProxySQLProcesslist, bad)
 	t.sessions.sampleRead(at, time.Now(), t.rows)
-	if t.c.cfg.RecordDir != "" {
+	if t.recordDir != "" {
 		return t.recordProcesslist(t.rows)
 	}
 	return nil
@@ -154,7 +152,7 @@ func (t *proxysqlTarget) recordProcesslist(rows []ProcesslistRow) error {
 	t.recMu.Lock()
 	defer t.recMu.Unlock()
 	if t.plRec == nil {
-		path := t.c.recordPath(t.cfg.Name, "processlist.tsv")
+		path := recordPath(t.recordDir, t.cfg.Name, "processlist.tsv")
 		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 			return fmt.Errorf("record processlist: %w", err)
 		}
@@ -199,7 +197,7 @@ func queryTable(ctx context.Context, db *sql.DB, query string) ([]string, [][]sq
 
 // record appends a polled table to the target's recording of it.
 func (t *proxysqlTarget) record(table string, at time.Time, cols []string, rows [][]sql.NullString) error {
-	if t.c.cfg.RecordDir == "" {
+	if t.recordDir == "" {
 		return nil
 	}
 	t.recMu.Lock()
@@ -207,7 +205,7 @@ func (t *proxysqlTarget) record(table string, at time.Time, cols []string, rows 
 	r := t.recs[table]
 	if r == nil {
 		var err error
-		r, err = attrib.NewTableRecorder(t.c.recordPath(t.cfg.Name, table+".tsv"), table)
+		r, err = attrib.NewTableRecorder(recordPath(t.recordDir, t.cfg.Name, table+".tsv"), table)
 		if err != nil {
 			return err
 		}
@@ -386,12 +384,12 @@ func (t *proxysqlTarget) pollDigest(ctx context.Context) error {
 		}
 		rows = append(rows, dr)
 	}
-	t.c.st.malformed(t.cfg.Name, SourceProxySQLDigest, bad)
+	t.st.malformed(t.cfg.Name, SourceProxySQLDigest, bad)
 	batch := map[string]*tagDelta{}
 	t.digests.apply(rows, keep, batch)
-	n, sample := t.digests.checkTags(at, batch, func(tag string) bool { return t.c.st.seenElsewhere(tag, SourceProxySQLDigest) })
-	t.c.st.malformedWith(t.cfg.Name, SourceProxySQLDigest, n, sample)
-	t.c.st.add(t.cfg.Name, SourceProxySQLDigest, batch)
+	n, sample := t.digests.checkTags(at, batch, func(tag string) bool { return t.st.seenElsewhere(tag, SourceProxySQLDigest) })
+	t.st.malformedWith(t.cfg.Name, SourceProxySQLDigest, n, sample)
+	t.st.add(t.cfg.Name, SourceProxySQLDigest, batch)
 	return t.record("stats_mysql_query_digest", at, cols, raw)
 }
 
@@ -473,8 +471,8 @@ func (t *proxysqlTarget) pollPool(ctx context.Context) error {
 		pool = append(pool, p)
 	}
 	global, gbad := parseGlobal(graw)
-	t.c.st.malformed(t.cfg.Name, SourceProxySQLPool, bad+gbad)
-	t.c.st.setGauges(t.cfg.Name, SourceProxySQLPool, func(_ *series, g *gauges) {
+	t.st.malformed(t.cfg.Name, SourceProxySQLPool, bad+gbad)
+	t.st.setGauges(t.cfg.Name, SourceProxySQLPool, func(_ *series, g *gauges) {
 		g.pool, g.global = pool, global
 	})
 	return errors.Join(t.record("stats_mysql_connection_pool", at, cols, raw),

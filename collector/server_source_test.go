@@ -53,7 +53,7 @@ func pollOK(t *testing.T, m *mysqlTarget) {
 	if err := m.poll(context.Background()); err != nil {
 		t.Fatalf("poll: %v", err)
 	}
-	m.c.st.success(m.cfg.Name, SourceMySQL)
+	m.st.success(m.cfg.Name, SourceMySQL)
 }
 
 // waitFor polls m until cond holds, at most for timeout.

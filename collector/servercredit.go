@@ -306,16 +306,16 @@ func (m *mysqlTarget) publish(now serverNow, waits [][2]int64) {
 		wt, bt := now.tagOf[w[0]], now.tagOf[w[1]]
 		lw[[2]string{cmpOr(wt, UnknownTag), cmpOr(bt, UnknownTag)}]++
 	}
-	m.c.st.add(m.cfg.Name, SourceMySQL, m.batch)
+	m.st.add(m.cfg.Name, SourceMySQL, m.batch)
 	clear(m.batch)
-	m.c.st.setGauges(m.cfg.Name, SourceMySQL, func(sr *series, g *gauges) {
+	m.st.setGauges(m.cfg.Name, SourceMySQL, func(sr *series, g *gauges) {
 		g.sessions = map[string]int{}
 		for tag, n := range now.sessions {
-			g.sessions[m.c.st.capTag(sr, tag)] += n
+			g.sessions[m.st.capTag(sr, tag)] += n
 		}
 		g.trx = map[string]trxFigures{}
 		for tag, f := range now.trx {
-			ct := m.c.st.capTag(sr, tag)
+			ct := m.st.capTag(sr, tag)
 			o := g.trx[ct]
 			o.count += f.count
 			o.maxAge = max(o.maxAge, f.maxAge)
@@ -324,7 +324,7 @@ func (m *mysqlTarget) publish(now serverNow, waits [][2]int64) {
 		}
 		g.waits = map[[2]string]int{}
 		for k, n := range lw {
-			g.waits[[2]string{m.c.st.capTag(sr, k[0]), m.c.st.capTag(sr, k[1])}] += n
+			g.waits[[2]string{m.st.capTag(sr, k[0]), m.st.capTag(sr, k[1])}] += n
 		}
 	})
 }
@@ -563,7 +563,7 @@ func (m *mysqlTarget) noteLastTags(latest map[int64]lastStmt, wins map[int64]*tr
 func (m *mysqlTarget) advanceWatermark(rd completedRead) {
 	lost := m.setup.table != tableHistoryLong || m.lastMax != (stmtKey{}) && !rd.sawLastMax && rd.read
 	if m.primed && lost {
-		m.c.st.markLowerBound(m.cfg.Name, SourceMySQL)
+		m.st.markLowerBound(m.cfg.Name, SourceMySQL)
 	}
 	m.watermark, m.lastMax = rd.maxEnd, rd.maxKey
 	for k, end := range m.seenStmts {

@@ -112,6 +112,14 @@ func isDigits(s string) bool {
 	return true
 }
 
+// polled is the events log as a polled source: a file error carries no
+// credentials and is no network failure (FailureOther), and the file is
+// closed when the runner stops.
+func (t *tailer) polled() polled {
+	return polled{target: t.target, source: SourceProxySQLEvents, interval: t.poll, poll: t.pollOnce,
+		failure: func(error) Failure { return FailureOther }, stop: t.closeFile}
+}
+
 // pollOnce reads what is new; the first successful read starts at the
 // end of the file, later ones (and every new file) at their start.
 func (t *tailer) pollOnce(context.Context) error {

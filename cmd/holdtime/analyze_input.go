@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -96,6 +97,9 @@ type eventSource struct {
 	dupOf map[string]bool
 	stop  func() bool // stops closing standard input on ctx's end
 	keep  *os.File    // standard input on the poller: its finalizer would close fd 0
+	// rememberFromUS: events ending before this cannot be in a later
+	// input, and are not remembered.
+	rememberFromUS int64
 }
 
 // eventStream reads the events log inputs one after another, standard
@@ -109,7 +113,8 @@ type eventStream struct {
 	sources []*eventSource
 	cur     int
 	// seen maps each event's content hash to the input it came from. Only
-	// kept with more than one input; it costs about 40 bytes per event.
+	// kept with more than one input, and only for the events a later input
+	// can hold too (see rememberFrom): about 55 bytes each.
 	seen map[uint64]int
 	err  error
 }
@@ -124,19 +129,25 @@ func newEventStream(ctx context.Context, paths []string, stdin io.Reader, cfg co
 			files = append(files, p)
 		}
 	}
-	for _, p := range orderByFirstEvent(ctx, files, cfg) {
+	ordered, first := orderByFirstEvent(ctx, files, cfg)
+	for _, p := range ordered {
 		s.sources = append(s.sources, &eventSource{name: p})
 	}
 	if len(s.sources) > 1 {
 		s.seen = make(map[uint64]int)
+		s.rememberFrom(first)
 	}
 	return s
 }
 
+// firstEvent is where a file's first event starts and ends.
+type firstEvent struct{ startUS, endUS int64 }
+
 // orderByFirstEvent sorts files by their first event's start, so rotated
 // files given in any order are read oldest first; unreadable ones go last.
-func orderByFirstEvent(ctx context.Context, paths []string, cfg collector.EventsLogConfig) []string {
-	first := make(map[string]int64, len(paths))
+// It returns each file's first event.
+func orderByFirstEvent(ctx context.Context, paths []string, cfg collector.EventsLogConfig) ([]string, map[string]firstEvent) {
+	first := make(map[string]firstEvent, len(paths))
 	if len(paths) > 1 {
 		for _, p := range paths {
 			if st, err := os.Stat(p); err != nil || !st.Mode().IsRegular() {
@@ -144,7 +155,7 @@ func orderByFirstEvent(ctx context.Context, paths []string, cfg collector.Events
 			}
 			r := collector.OpenEventsLog(ctx, []string{p}, cfg)
 			if r.Next() {
-				first[p] = r.Event().StartUS
+				first[p] = firstEvent{r.Event().StartUS, r.Event().EndUS}
 			}
 			r.Close()
 		}
@@ -155,7 +166,7 @@ func orderByFirstEvent(ctx context.Context, paths []string, cfg collector.Events
 		fb, okb := first[b]
 		switch {
 		case oka && okb:
-			return cmp.Compare(fa, fb)
+			return cmp.Compare(fa.startUS, fb.startUS)
 		case oka:
 			return -1
 		case okb:
@@ -163,7 +174,31 @@ func orderByFirstEvent(ctx context.Context, paths []string, cfg collector.Events
 		}
 		return 0
 	})
-	return out
+	return out, first
+}
+
+// dedupSlackUS is how far before a later file's first event an event can
+// end and still be in that file too: ProxySQL writes an event when it
+// ends, its threads a little out of order.
+const dedupSlackUS = 10_000_000
+
+// rememberFrom sets, for each input, the end time from which its events
+// must be remembered: only an event a later input can also hold, one that
+// ends after (about) that input's first event, can be read twice. A
+// rotated log then costs memory for its overlap with the next, not for
+// its length; an input whose first event is unknown (standard input, a
+// FIFO) makes every earlier input remembered whole.
+func (s *eventStream) rememberFrom(first map[string]firstEvent) {
+	from := int64(math.MaxInt64)
+	for i := len(s.sources) - 1; i >= 0; i-- {
+		s.sources[i].rememberFromUS = from
+		f, ok := first[s.sources[i].name]
+		if !ok || s.sources[i].name == stdinName {
+			from = math.MinInt64
+		} else if from != math.MinInt64 {
+			from = min(from, f.endUS-dedupSlackUS)
+		}
+	}
 }
 
 func (s *eventStream) open(src *eventSource) {
@@ -215,7 +250,9 @@ func (s *eventStream) Next() bool {
 			src.dupOf[s.sources[first].name] = true
 			continue
 		}
-		s.seen[k] = s.cur
+		if src.reader.Event().EndUS >= src.rememberFromUS {
+			s.seen[k] = s.cur
+		}
 		return true
 	}
 	return false

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/holdtime/holdtime/collector"
 	"github.com/holdtime/holdtime/internal/termtext"
 )
 
@@ -495,4 +496,49 @@ func TestAnalyzeNothingToReport(t *testing.T) {
 			t.Errorf("%v: exit %d, stdout %q, stderr %q; want exit 1 and %q", tt.args, code, out, errOut, tt.want)
 		}
 	}
+}
+
+// TestDedupRemembersOnlyTheOverlap: reading rotated logs, only the events
+// a later file can also hold are remembered, so memory follows the
+// overlap, not the logs' length; the overlap is still found whole.
+func TestDedupRemembersOnlyTheOverlap(t *testing.T) {
+	b, err := os.ReadFile(statesLog) // 187 events over 79 s
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.SplitAfter(strings.TrimSuffix(string(b), "\n"), "\n")
+	dir := t.TempDir()
+	first, second := filepath.Join(dir, "events.json.1"), filepath.Join(dir, "events.json.2")
+	os.WriteFile(first, []byte(strings.Join(lines[:180], "")), 0o644)
+	os.WriteFile(second, []byte(strings.Join(lines[170:], "")), 0o644)
+	s := newEventStream(context.Background(), []string{second, first}, nil, collector.EventsLogConfig{})
+	defer s.Close()
+	read := 0
+	for s.Next() {
+		read++
+	}
+	if s.Err() != nil {
+		t.Fatal(s.Err())
+	}
+	if read != len(lines) || s.sources[1].dups != 10 {
+		t.Errorf("read %d events of %d, %d duplicates of 10", read, len(lines), s.sources[1].dups)
+	}
+	// Remembered: the first file's events that end at most dedupSlackUS
+	// before the second file's first event ends.
+	r := collector.OpenEventsLog(context.Background(), []string{second}, collector.EventsLogConfig{})
+	r.Next()
+	from := r.Event().EndUS - dedupSlackUS
+	r.Close()
+	want := 0
+	r = collector.OpenEventsLog(context.Background(), []string{first}, collector.EventsLogConfig{})
+	for r.Next() {
+		if r.Event().EndUS >= from {
+			want++
+		}
+	}
+	r.Close()
+	if len(s.seen) != want || want >= 180 {
+		t.Errorf("%d events remembered; want the %d of the first file's 180 that end in its last seconds", len(s.seen), want)
+	}
+	t.Logf("%d events remembered of %d read", len(s.seen), read)
 }

@@ -259,9 +259,9 @@ func TestTopWarmsUp(t *testing.T) {
 
 	out := newFrames()
 	stop := startTop(t, out, "--mysql", d.DSN(), "--window", "10s", "--interval", "100ms", "--color", "never")
-	all := out.waitFor(t, "refresh covering 3 s", 60*time.Second, func(s string) bool {
+	all := out.waitFor(t, "refresh covering 6 s", 90*time.Second, func(s string) bool {
 		fs := split(s)
-		return len(fs) > 1 && strings.Contains(fs[len(fs)-2], "covered 3.")
+		return len(fs) > 1 && strings.Contains(fs[len(fs)-2], "covered 6.")
 	})
 	if code, stderr := stop(); code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr)
@@ -289,9 +289,17 @@ func TestTopWarmsUp(t *testing.T) {
 			}
 			sawHog = true
 			occ, err := strconv.ParseFloat(fields[1], 64)
-			// Two goroutines hold a connection at most each; the server's
-			// figures are sampled every 250 ms, hence the margin.
-			if err != nil || occ > 2.3 {
+			// Two goroutines hold a connection at most each. An idle
+			// transaction is sampled at each poll (250 ms, stretched to
+			// about 500 ms under -race on a loaded 2-core machine): each
+			// session's figure can be off by about one poll interval at
+			// each end of the covered span, so the margin is checked
+			// once 5 s are covered (CI once saw 2.36 at 2.8 s covered).
+			if err != nil {
+				t.Errorf("hog server occupancy %q is not a number:\n%s", fields[1], f)
+				continue
+			}
+			if covered >= 5 && occ > 2.3 || occ > 2*(1+2*0.5/covered) {
 				t.Errorf("hog server occupancy %q, want at most the 2 connections it has:\n%s", fields[1], f)
 			}
 		}

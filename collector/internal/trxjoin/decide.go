@@ -63,8 +63,10 @@ type Result struct {
 // behind it. reads are this server's reads in the order they were made
 // (by Start), and must include the last read that ended before the sample
 // started and the first that started after it ended; later reads let a
-// transaction's first tagged statement be found. Decide is pure: the same
-// reads and sample give the same Result.
+// transaction's first tagged statement be found. Its cost is linear in the
+// reads and their statements: pass the reads of a few seconds around the
+// sample, not every read ever made. Decide is pure: the same reads and
+// sample give the same Result.
 func Decide(reads []Read, s Sample) Result {
 	if r, ok := inside(reads, s); ok {
 		return r

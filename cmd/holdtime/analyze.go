@@ -148,7 +148,7 @@ func (a *analyzeCmd) run(ctx context.Context, args []string) error {
 		fmt.Fprintln(a.errOut, "holdtime: interrupted: the report covers only the input read until then (marked PARTIAL)")
 	}
 	for _, n := range rep.Notes {
-		if strings.HasPrefix(n, "duplicate input") || strings.HasPrefix(n, "overlapping input") {
+		if strings.HasPrefix(n, "duplicate input") || strings.HasPrefix(n, "overlapping input") || strings.Contains(n, "events logs of") {
 			fmt.Fprintf(a.errOut, "holdtime: warning: %s\n", termtext.Line(n))
 		}
 	}
@@ -225,6 +225,7 @@ func analyzeRun(ctx context.Context, cfg digestConfig, in analyzeInputs, stdin i
 	attr.Flush()
 	rep := dg.report(cfg.top)
 	rep.Partial = interrupted || ctx.Err() != nil
+	rep.Notes = append(rep.Notes, in.notes...)
 	rep.HoldsFrom = "events_log"
 	var evCount, rows int64
 	if events != nil {

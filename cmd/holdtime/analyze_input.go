@@ -22,6 +22,7 @@ const stdinName = "-"
 type analyzeInputs struct {
 	events      []string // events log paths; stdinName for standard input
 	processlist []string // processlist recordings
+	notes       []string // what the report should say about the inputs
 }
 
 // resolveInputs expands the arguments: "-" is standard input, a file an
@@ -56,6 +57,15 @@ func resolveInputs(args, processlist []string) (analyzeInputs, error) {
 		}
 		in.events = append(in.events, ev...)
 		in.processlist = append(in.processlist, pl...)
+		targets := map[string]bool{}
+		for _, e := range ev {
+			targets[filepath.Dir(e)] = true
+		}
+		if len(targets) > 1 {
+			// ProxySQL session ids restart at 1 on every proxy: read as one
+			// stream, two proxies' sessions of the same id would be one.
+			in.notes = append(in.notes, fmt.Sprintf("%s holds events logs of %d targets: they are read as one log, so two proxies' sessions with the same id are attributed as one; analyze each target's directory apart for exact holds", a, len(targets)))
+		}
 	}
 	return in, nil
 }

@@ -271,6 +271,14 @@ func TestAnalyzeRecordingDir(t *testing.T) {
 		t.Errorf("recording with an events log: holds from %q, %.3f s (events log alone %.3f s), inputs %+v, stderr %s",
 			both.HoldsFrom, both.TotalHoldSeconds, full.TotalHoldSeconds, both.Inputs, errOut)
 	}
+	// Two targets' events logs: read as one, which the report says.
+	px2 := filepath.Join(dir, "px2")
+	os.MkdirAll(px2, 0o755)
+	copyFile(t, statesLog, filepath.Join(px2, "events.json"))
+	two, errOut := analyzeJSON(t, nil, time.Now(), dir)
+	if !strings.Contains(errOut, "holds events logs of 2 targets") || !strings.Contains(strings.Join(two.Notes, "\n"), "analyze each target's directory apart") {
+		t.Errorf("two targets: stderr %q, notes %q", errOut, two.Notes)
+	}
 	if _, _, err := runAnalyze(t, nil, time.Now(), t.TempDir()); err == nil || !strings.Contains(err.Error(), "no processlist.tsv") {
 		t.Errorf("empty directory: %v", err)
 	}

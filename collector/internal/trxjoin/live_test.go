@@ -48,7 +48,7 @@ type started struct {
 // server returns a DSN config of a server with the named setup: the
 // HOLDTIME_MYSQL_DSN server when set (MySQL 8 records transactions by
 // default), else one testenv starts, once per binary.
-func server(t *testing.T, setup string) *mysql.Config {
+func server(t testing.TB, setup string) *mysql.Config {
 	t.Helper()
 	if dsn := os.Getenv(testenv.DSNEnv); dsn != "" {
 		cfg, err := mysql.ParseDSN(dsn)
@@ -79,9 +79,9 @@ func server(t *testing.T, setup string) *mysql.Config {
 	return s.srv.Config("")
 }
 
-func fullServer(t *testing.T) *mysql.Config { return server(t, "full") }
+func fullServer(t testing.TB) *mysql.Config { return server(t, "full") }
 
-func openDB(t *testing.T, cfg *mysql.Config) *sql.DB {
+func openDB(t testing.TB, cfg *mysql.Config) *sql.DB {
 	t.Helper()
 	c, err := mysql.NewConnector(cfg)
 	if err != nil {

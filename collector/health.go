@@ -119,8 +119,11 @@ func downFix(s Source, f Failure) string {
 	if s == SourceProxySQLEvents {
 		return "check mysql-eventslog_filename (the path given must be the file or its prefix) and that this user can read the directory"
 	}
+	// The server's own sources (statements and locks) read the MySQL
+	// server; every other polled source reads ProxySQL's admin interface.
+	server := s == SourceMySQL || s == SourceMySQLLocks
 	what := "the MySQL server's DSN"
-	if s != SourceMySQL {
+	if !server {
 		what = "ProxySQL's admin DSN (port 6032)"
 	}
 	switch f {
@@ -133,7 +136,7 @@ func downFix(s Source, f Failure) string {
 	case FailureUnknownDB:
 		return "remove the database from " + what + " or create it"
 	case FailurePrivilege:
-		if s == SourceMySQL {
+		if server {
 			return "GRANT PROCESS ON *.* and SELECT ON performance_schema.* to the account of " + what
 		}
 		return "use an admin or stats account in " + what

@@ -123,6 +123,16 @@
 // counts hold by Result.Quality: Exact as the join's exact hold, Inferred in
 // the inferred metric and the source's status, Unknown as unknown.
 //
+// How often to read: a hold is exact whenever a read falls inside its
+// idle span, or its transaction is open across two reads, so the poll
+// interval is the shortest idle hold guaranteed exact. Shorter holds of
+// different tags between two reads are inferred (measured: 4 backends
+// reused by 5 tags, reads every 10 ms plus their own cost: every 80 ms
+// idle transaction exact on an idle machine; holds of 15 ms mostly
+// inferred; no exact result wrong, also under two CPU burners). One read of
+// 4 backends costs about 5 ms on MariaDB 10.11 (the history_long scan about
+// 1.1 ms, setup_instruments about 0.5 ms), against 33 µs for SELECT 1.
+//
 // Setup items `holdtime doctor` must add (internal/doctor's setup list, and
 // so testenv's server arguments):
 //   - mysql.instruments.transaction: fix UPDATE

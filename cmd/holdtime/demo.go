@@ -244,7 +244,7 @@ func (d *demoCmd) run(ctx context.Context) error {
 	if err != nil || d.noRedisLesson {
 		return err
 	}
-	return redisLesson(ctx, d.out, target) // demo_redis.go
+	return redisLesson(ctx, d.out, d.errOut, target) // demo_redis.go
 }
 
 // phase runs the sale and the checkout steps side by side for one half.

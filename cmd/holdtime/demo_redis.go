@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 	"text/tabwriter"
 	"time"
 
@@ -26,18 +27,29 @@ type lessonRun struct {
 // redisLesson is the demo's second lesson: the design the engine replaced,
 // one Redis counter per item and a claim across Redis and the MySQL ledger,
 // under the faults a checkout meets, next to the engine under the same.
-func redisLesson(ctx context.Context, out io.Writer, target *testenv.Target) error {
+// Each sale says on errOut (when not nil) once its first buyer is served.
+func redisLesson(ctx context.Context, out, errOut io.Writer, target *testenv.Target) error {
 	if !testenv.RedisAvailable() {
 		fmt.Fprintln(out, "\nlesson 2   skipped: redis-server is not installed (sudo apt-get install -y redis-server, or .ci/install-deps redis)")
 		return nil
 	}
-	runs, err := lessonRuns(ctx, target)
+	runs, cut, err := lessonRuns(ctx, target, errOut)
 	if err != nil && ctx.Err() != nil {
-		// A signal: the sales that ran to their end are still the lesson's.
+		// A signal: the sales that ran to their end are still the lesson's,
+		// and the one it cut short tells what it did, audited.
 		fmt.Fprintf(out, "\nPARTIAL: lesson 2 interrupted after %d of its sales\n", len(runs))
 		if len(runs) >= 2 {
 			if err := writeLesson(out, runs); err != nil {
 				return err
+			}
+		}
+		if cut != nil {
+			r := cut.r
+			fmt.Fprintf(out, "\nPARTIAL sale, %s under %q: %d buyers came, %d reserves, %d paid", cut.design, cut.fault, r.Buyers, r.Reserves, r.Paid)
+			if r.Audited {
+				fmt.Fprintf(out, ", sold %d of %d units; %s\n", r.Sold, r.Stock, flashsaleBooks(r))
+			} else {
+				fmt.Fprintf(out, "; its books could not be audited (%v)\n", err)
 			}
 		}
 		return ctx.Err()
@@ -48,32 +60,42 @@ func redisLesson(ctx context.Context, out io.Writer, target *testenv.Target) err
 	return writeLesson(out, runs)
 }
 
-func lessonRuns(ctx context.Context, target *testenv.Target) ([]lessonRun, error) {
+// lessonRuns runs the lesson's sales in order: the runs that ran to their
+// end, and the one ctx's end cut short (nil if none did mid-sale), its
+// report partial.
+func lessonRuns(ctx context.Context, target *testenv.Target, errOut io.Writer) (runs []lessonRun, cut *lessonRun, err error) {
 	database, err := target.CreateDatabase(ctx, "demo_redis")
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
+	// Redis stops while the database is dropped: a signal ends the demo
+	// within a second, cleanup included.
+	var closing sync.WaitGroup
+	defer closing.Wait()
 	defer database.Drop(context.WithoutCancel(ctx))
 	rs, err := testenv.StartRedis(ctx, testenv.RedisOptions{Persistence: testenv.PersistenceSnapshot})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	defer rs.Close()
+	defer closing.Go(func() { rs.Close() })
 	mc := database.Config()
 	// The lesson KILLs connections on purpose: the driver's log of each
 	// one it finds dead would bury the table.
 	mc.Logger = &mysql.NopLogger{}
-	base := flashsale.Config{MySQL: mc, Buyers: 400, Concurrency: 16, Stock: 150, PaymentDelay: time.Millisecond}
+	// A signal ends the demo within a second: an interrupted sale's audit
+	// gets half.
+	base := flashsale.Config{MySQL: mc, Buyers: 400, Concurrency: 16, Stock: 150, PaymentDelay: time.Millisecond,
+		PartialAuditTimeout: 500 * time.Millisecond}
 	db, err := flashsale.OpenDB(base)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer db.Close()
 	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr, MaxRetries: -1, PoolSize: 32})
 	defer rdb.Close()
 	admin, err := sql.Open("mysql", mc.FormatDSN())
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer admin.Close()
 	redisDesign := func(order redisstock.ClaimOrder) (flashsale.Backend, error) {
@@ -84,7 +106,6 @@ func lessonRuns(ctx context.Context, target *testenv.Target) ([]lessonRun, error
 		return b, b.Migrate(ctx)
 	}
 	const kill = 0.2
-	var runs []lessonRun
 	for _, spec := range []struct {
 		fault string
 		order redisstock.ClaimOrder // "" is the engine
@@ -103,7 +124,7 @@ func lessonRuns(ctx context.Context, target *testenv.Target) ([]lessonRun, error
 		design := "engine (skip_locked)"
 		if spec.order != "" {
 			if cfg.Backend, err = redisDesign(spec.order); err != nil {
-				return nil, err
+				return runs, nil, err
 			}
 			design = "redis (" + map[redisstock.ClaimOrder]string{redisstock.ClaimLedgerFirst: "ledger first",
 				redisstock.ClaimRedisFirst: "Redis first"}[spec.order] + ")"
@@ -117,13 +138,24 @@ func lessonRuns(ctx context.Context, target *testenv.Target) ([]lessonRun, error
 				cfg.Restart = func(ctx context.Context) error { return flashsale.KillConnections(ctx, admin, database.Name) }
 			}
 		}
+		if errOut != nil {
+			var first sync.Once
+			cfg.Progress = func(int, int) {
+				first.Do(func() {
+					fmt.Fprintf(errOut, "holdtime demo: lesson 2: %s, %s: first buyer served\n", design, spec.fault)
+				})
+			}
+		}
 		r, err := flashsale.Run(ctx, cfg)
 		if err != nil {
-			return runs, fmt.Errorf("%s, %s: %w", design, spec.fault, err)
+			if r.Partial {
+				cut = &lessonRun{fault: spec.fault, design: design, r: r}
+			}
+			return runs, cut, fmt.Errorf("%s, %s: %w", design, spec.fault, err)
 		}
 		runs = append(runs, lessonRun{fault: spec.fault, design: design, r: r})
 	}
-	return runs, nil
+	return runs, nil, nil
 }
 
 func writeLesson(out io.Writer, runs []lessonRun) error {

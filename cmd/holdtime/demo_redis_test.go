@@ -13,7 +13,7 @@ import (
 func TestRedisLesson(t *testing.T) {
 	testenv.RequireRedis(t)
 	target := flashsaleTarget(t)
-	runs, err := lessonRuns(t.Context(), target)
+	runs, _, err := lessonRuns(t.Context(), target, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

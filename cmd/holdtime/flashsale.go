@@ -428,6 +428,13 @@ func (f *flashsaleCmd) interrupted(ctx context.Context, s reservation.Strategy, 
 	return ctx.Err()
 }
 
+func unitsWord(n int64) string {
+	if n == 1 {
+		return "unit"
+	}
+	return "units"
+}
+
 // flashsaleBooks says whether an interrupted sale's books balance, and if
 // not, why not.
 func flashsaleBooks(r flashsale.Report) string {
@@ -443,10 +450,10 @@ func flashsaleBooks(r flashsale.Report) string {
 	}
 	var notes []string
 	if r.Held > 0 {
-		notes = append(notes, fmt.Sprintf("%d units still held by buyers the signal cut off before paying (they expire like any hold)", r.Held))
+		notes = append(notes, fmt.Sprintf("%d %s still held by buyers the signal cut off before paying (they expire like any hold)", r.Held, unitsWord(r.Held)))
 	}
 	if r.Undersold > 0 {
-		notes = append(notes, fmt.Sprintf("%d units claimed as the signal cut their buyer off before the answer (undersold: sold, nobody told)", r.Undersold))
+		notes = append(notes, fmt.Sprintf("%d %s claimed as the signal cut their buyer off before the answer (undersold: sold, nobody told)", r.Undersold, unitsWord(r.Undersold)))
 	}
 	line := fmt.Sprintf("books balance: %d sold + %d on hand = %d stocked, 0 oversold, 0 leaked", r.Sold, r.OnHand, r.Stock)
 	if len(why) > 0 {
@@ -566,7 +573,7 @@ func writeFlashsaleReport(w io.Writer, r flashsale.Report) error {
 	}
 	fmt.Fprintf(tw, "paid\t%d units (the buyers' truth; the ledger says %d sold)\n", r.Paid, r.Sold)
 	if r.Partial {
-		fmt.Fprintf(tw, "held\t%d units by %d checkouts the signal cut short\n", r.Held, r.Interrupted)
+		fmt.Fprintf(tw, "held\t%d %s by %d checkouts the signal cut short\n", r.Held, unitsWord(r.Held), r.Interrupted)
 	}
 	if len(r.Shops) > 1 {
 		for _, sh := range r.Shops {

@@ -228,3 +228,32 @@ func TestFlashsaleServesMetrics(t *testing.T) {
 		t.Fatalf("exit %d", code)
 	}
 }
+
+// TestFlashsaleBooks: the line under an interrupted sale's report says the
+// books balance, or names each reason they do not, and what is still held
+// or was claimed as its buyer was cut off.
+func TestFlashsaleBooks(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		r    flashsale.Report
+		want string
+	}{
+		{"balanced", flashsale.Report{Stock: 100, Sold: 7, OnHand: 93, Paid: 7},
+			"books balance: 7 sold + 93 on hand = 100 stocked, 0 oversold, 0 leaked"},
+		{"held and claimed as cut off", flashsale.Report{Stock: 100, Sold: 8, OnHand: 92, Paid: 7, Held: 1, Undersold: 1},
+			"books balance: 8 sold + 92 on hand = 100 stocked, 0 oversold, 0 leaked; 1 unit still held by buyers the signal " +
+				"cut off before paying (they expire like any hold); 1 unit claimed as the signal cut their buyer off before the answer " +
+				"(undersold: sold, nobody told)"},
+		{"oversold and leaked", flashsale.Report{Stock: 150, Sold: 58, OnHand: 92, Paid: 67, Oversold: 9, Leaked: 5},
+			"books DO NOT balance: 9 oversold; 5 leaked"},
+		{"units lost", flashsale.Report{Stock: 100, Sold: 7, OnHand: 90, Paid: 7, Held: 2},
+			"books DO NOT balance: 7 sold + 90 on hand is not the 100 stocked; 2 units still held by buyers the signal cut off " +
+				"before paying (they expire like any hold)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := flashsaleBooks(tc.r); got != tc.want {
+				t.Errorf("flashsaleBooks(%+v)\n got %s\nwant %s", tc.r, got, tc.want)
+			}
+		})
+	}
+}

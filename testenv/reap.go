@@ -45,7 +45,16 @@ func newRunDir(parent, prefix string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("testenv: %w", err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, "owner.pid"), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
+	// Written whole, then renamed: a reaper in another goroutine or
+	// process must never read a half-written owner.pid (an empty one read
+	// as "owner dead" and a fleet's fifth ProxySQL lost its directory
+	// while it was being set up: "open …/proxysql.cnf: no such file").
+	tmp := filepath.Join(dir, "owner.pid.tmp")
+	if err := os.WriteFile(tmp, []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
+		os.RemoveAll(dir)
+		return "", fmt.Errorf("testenv: %w", err)
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, "owner.pid")); err != nil {
 		os.RemoveAll(dir)
 		return "", fmt.Errorf("testenv: %w", err)
 	}
@@ -61,7 +70,10 @@ func ownerAlive(dir string) bool {
 	}
 	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
 	if err != nil {
-		return false
+		// Unreadable: an owner.pid from an older testenv that wrote it in
+		// place may be mid-write; only an old one is garbage.
+		st, statErr := os.Stat(dir)
+		return statErr != nil || time.Since(st.ModTime()) < time.Minute
 	}
 	return processExists(pid)
 }

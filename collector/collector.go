@@ -295,6 +295,8 @@ type Collector struct {
 	// pollSeconds is how long each poll took, failed ones included: the
 	// runner's, so every polled source has it.
 	pollSeconds *prometheus.HistogramVec
+	pollsLate   *prometheus.CounterVec
+	pollLag     *prometheus.GaugeVec
 	running     sync.Mutex
 	// onPoll, when set (tests), is called after every poll, so a test can
 	// wait for a poll instead of sleeping.
@@ -358,6 +360,20 @@ func New(cfg Config) (*Collector, error) {
 		// From a 50 ms processlist sample to the 5 s default timeout.
 		Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
 	}, []string{"target", "source"})
+	c.pollsLate = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "holdtime_collector_polls_late_total",
+		Help: "Polls of a source that started a whole interval or more after they were due (one per interval missed): the collector or the source cannot keep up, and figures sampled between polls are coarser than configured.",
+	}, []string{"target", "source"})
+	c.pollLag = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "holdtime_collector_poll_lag_seconds",
+		Help: "How late the last poll of a source started against when it was due (0 on schedule; a failed source is due again at its interval, so its first good poll shows how long it was behind). Near or above an interval the source is falling behind.",
+	}, []string{"target", "source"})
+	for _, m := range []prometheus.Collector{c.pollsLate, c.pollLag} {
+		if err := cfg.Registerer.Register(m); err != nil {
+			c.closeTargets()
+			return nil, fmt.Errorf("register collector metrics: %w: give each Collector its own registry", err)
+		}
+	}
 	if err := cfg.Registerer.Register(c.pollSeconds); err != nil {
 		c.closeTargets()
 		return nil, fmt.Errorf("register collector metrics: %w: give each Collector its own registry", err)
@@ -464,6 +480,10 @@ type poller struct {
 func (p *poller) run(ctx context.Context) {
 	p.c.st.register(p.target, p.source)
 	took := p.c.pollSeconds.WithLabelValues(p.target, string(p.source))
+	late := p.c.pollsLate.WithLabelValues(p.target, string(p.source))
+	lag := p.c.pollLag.WithLabelValues(p.target, string(p.source))
+	late.Add(0)       // the series exists from the start: a rate of 0 is an answer
+	var due time.Time // when the next poll should start; zero: now
 	backoff := time.Duration(0)
 	t := time.NewTimer(0)
 	defer t.Stop()
@@ -481,7 +501,16 @@ func (p *poller) run(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		took.Observe(time.Since(start).Seconds())
+		end := time.Now()
+		took.Observe(end.Sub(start).Seconds())
+		if !due.IsZero() && p.interval > 0 {
+			// Lateness against the schedule: the timer fired late (a
+			// busy machine) or the last poll overran its interval.
+			if missed := start.Sub(due) / p.interval; missed > 0 {
+				late.Add(float64(missed))
+			}
+			lag.Set(max(start.Sub(due), 0).Seconds())
+		}
 		if err != nil {
 			err = p.causes.explain(err, start)
 			kind := FailureOf(err)
@@ -506,7 +535,8 @@ func (p *poller) run(ctx context.Context) {
 		failed, backoff = false, 0
 		p.c.st.success(p.target, p.source)
 		p.notify(nil)
-		t.Reset(max(p.interval-time.Since(start), 0))
+		due = start.Add(p.interval)
+		t.Reset(max(time.Until(due), 0))
 	}
 }
 

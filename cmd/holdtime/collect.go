@@ -15,6 +15,7 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
@@ -328,6 +329,10 @@ func (c *collectCmd) config(reg *prometheus.Registry, logger *slog.Logger) (coll
 func (c *collectCmd) run(ctx context.Context) error {
 	logger := slog.New(slog.NewTextHandler(c.errOut, nil))
 	reg := prometheus.NewRegistry()
+	// The daemon's own health beside its figures: the library registers
+	// nothing but its own metrics; the binary adds the standard Go and
+	// process collectors (go_*, process_*) to its own registry.
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	cfg, err := c.config(reg, logger)
 	if err != nil {
 		return err

@@ -111,6 +111,15 @@ wait:
 	if !strings.Contains(metrics, `holdtime_source_up{source="proxysql_processlist",target="px1"} 0`) {
 		t.Errorf("down source not reported:\n%s", metrics)
 	}
+	// The daemon's own health is on /metrics too: the Go and process
+	// collectors, and the runner's lateness per source.
+	for _, want := range []string{"go_goroutines ", "process_resident_memory_bytes ",
+		`holdtime_collector_polls_late_total{source="proxysql_processlist",target="px1"}`,
+		`holdtime_collector_poll_duration_seconds_count{source="proxysql_processlist",target="px1"}`} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("/metrics has no %s", want)
+		}
+	}
 	if code, _ := get("/readyz"); code != http.StatusServiceUnavailable {
 		t.Errorf("/readyz with a source down: %d", code)
 	}

@@ -8,8 +8,11 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"runtime"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -516,8 +519,16 @@ func (d *demoCmd) summary(before, after phaseResult) error {
 	fmt.Fprintf(&b, "\nFrom the app layer: the checkout step kept %.2f of the pool's %d connections, %.0f%% of that idle while\n"+
 		"it waited on the tax service; after the fix, %.2f.", before.holds[hogTag].hold, d.poolSize,
 		100*before.idleShare(hogTag), after.holds[hogTag].hold)
-	if speedup := after.sale.Throughput / max(before.sale.Throughput, 1e-9); speedup > 1 {
+	if speedup := after.sale.Throughput / max(before.sale.Throughput, 1e-9); speedup >= 1.1 {
 		fmt.Fprintf(&b, "\nReleasing the connection before the slow call made the sale %.1fx faster, with the same database.", speedup)
+	} else {
+		// Said, not hidden: freeing the pool helps only while the pool is
+		// the limit. On a machine whose CPU is already busy (seen: a load
+		// average of 8 on 2 cores, 575 reserves/s before and 468 after)
+		// the sale is bound by the CPU instead.
+		fmt.Fprintf(&b, "\nThe sale was not faster in this run (%.0f reserves/s before, %.0f after): the pool was no longer its limit, "+
+			"something else was%s. On an otherwise idle machine the freed connections go to the inventory steps.",
+			before.sale.Throughput, after.sale.Throughput, busyCPU())
 	}
 	b.WriteString("\n")
 	if _, err := io.WriteString(d.out, b.String()); err != nil {
@@ -583,4 +594,23 @@ func appHolds(ctx context.Context, reader *sdkmetric.ManualReader) (map[string]t
 		}
 	}
 	return out, nil
+}
+
+// busyCPU says how busy the machine's CPU is, where the system tells
+// (Linux's /proc/loadavg), as a clause: ", most likely the CPU: load average
+// 8.1 on 2 cores"; "" when unknown or not busy.
+func busyCPU() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return ""
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return ""
+	}
+	load, err := strconv.ParseFloat(f[0], 64)
+	if err != nil || load < float64(runtime.NumCPU()) {
+		return ""
+	}
+	return fmt.Sprintf(", most likely the CPU: load average %.1f on %d cores", load, runtime.NumCPU())
 }

@@ -364,6 +364,7 @@ func (s *store) top(w time.Duration) ([]TopRow, map[Layer]*LayerStatus) {
 	b := &topBuilder{s: s, now: s.now(), w: w, rows: map[string]*TopRow{}}
 	b.layerStatus()
 	for k, sr := range s.series {
+		sr.expire(b.now.Unix()) // as a scrape does: what /metrics shows, top ranks
 		if l := k.source.Layer(); l != "" {
 			b.addSeries(k, l, sr)
 		}

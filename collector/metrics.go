@@ -88,7 +88,7 @@ func newMetricsCollector(s *store) *metricsCollector {
 		lastSuccess: d("holdtime_source_last_success_timestamp_seconds", "Unix time of the source's last successful poll (OTLP: last accepted export).", srcLabels, nil),
 		state:       d("holdtime_source_state", "1 for the source's current state, 0 for the others: up, degraded (answers, figures incomplete: see holdtime_source_degraded), down, waiting (nothing to report yet, not a failure).", []string{"target", "source", "state"}, nil),
 		degraded:    d("holdtime_source_degraded", "1 for each reason an up source's figures are incomplete (for example history_long_consumer_off); /api/v1/top says what to do.", []string{"target", "source", "reason"}, nil),
-		overflow:    d("holdtime_collector_tags_overflow_total", "Observations (app spans, events log holds, sampled rows, polls' per-tag figures) whose tag went to conn_tag=\"overflow\" because the source had reached the cap on distinct tags.", srcLabels, nil),
+		overflow:    d("holdtime_collector_tags_overflow_total", "Observations (app spans, events log holds, sampled rows, polls' per-tag figures) whose tag went to conn_tag=\"overflow\" because the source had reached the cap on distinct tags (--max-tags). A tag unseen for 5 m frees its slot and its per-tag series leave /metrics.", srcLabels, nil),
 		bad:         d("holdtime_collector_malformed_rows_total", "Rows and lines counted and skipped because they could not be parsed.", srcLabels, nil),
 	}
 }
@@ -106,7 +106,7 @@ func (m *metricsCollector) Describe(ch chan<- *prometheus.Desc) {
 	}
 }
 
-// Collect reads the store.
+// Collect reads the store (and expires its stale tags, under the same lock).
 func (m *metricsCollector) Collect(ch chan<- prometheus.Metric) {
 	s := m.s
 	s.mu.Lock()
@@ -116,6 +116,13 @@ func (m *metricsCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(m.layerSource, prometheus.GaugeValue, 1, tl.target, string(tl.layer), string(src))
 	}
 	for k, sr := range s.series {
+		// A scrape drops the tags unseen for longer than tagTTL, so that a
+		// quiet series loses them too: their counters leave /metrics, which
+		// Prometheus reads as a series that stopped (a staleness marker at
+		// the next scrape; a tag that comes back starts again from zero,
+		// which rate() and increase() read as a counter reset). Every
+		// series that stays only grows.
+		sr.expire(now.Unix())
 		m.collectStatus(ch, k, sr, s.status(k, sr, now))
 		if s.isHeadline(k) {
 			m.collectLayer(ch, k, sr)

@@ -46,12 +46,31 @@ type bucket struct {
 	f   figures
 }
 
+// tagTTL is how long a tag keeps its slot unseen: the longest window
+// (5 m, the coarse ring). A tag unseen for longer has nothing in any
+// window, so dropping it changes no ranking; it frees the slot for a tag
+// that holds connections now, so that OverflowTag holds only what does not
+// fit now, not every tag that came after a flood of junk.
+const tagTTL = coarseBuckets * coarseSpan * time.Second
+
 // entry is one tag of one (target, source).
 type entry struct {
 	total      figures
 	pinnedSecs map[string]float64 // reason -> seconds pinned idle (processlist)
 	fine       [fineBuckets]bucket
 	coarse     [coarseBuckets]bucket
+
+	// tag is the entry's key in series.tags, for expire to delete it; ""
+	// for the collector's own tags (UnknownTag, UntaggedTag, OverflowTag),
+	// which never age out: they are at most three and their counters must
+	// stay whole.
+	tag string
+	// seen is the Unix second the tag was last added to or capped
+	// (capTag); older and newer link the series' aging tags in the order
+	// they were last seen, oldest first, so that expiring costs one
+	// comparison plus one step per tag it drops.
+	seen         int64
+	older, newer *entry
 }
 
 func (e *entry) addAt(sec int64, f *figures) {
@@ -101,9 +120,12 @@ type seriesKey struct {
 
 // series is everything one source of one target reported.
 type series struct {
-	tags      map[string]*entry
-	overflow  float64 // observations whose tag went to OverflowTag
-	malformed float64 // rows counted and skipped
+	tags map[string]*entry
+	// oldest and newest are the ends of the aging list of tags (entry.older,
+	// entry.newer): every entry of tags but the collector's own.
+	oldest, newest *entry
+	overflow       float64 // observations whose tag went to OverflowTag
+	malformed      float64 // rows counted and skipped
 	// malformedSample is the latest rejected input, cut short, for a
 	// reader to see what was rejected (no credentials: statement text).
 	malformedSample string
@@ -194,25 +216,96 @@ func (s *store) get(target string, source Source) *series {
 }
 
 // entryFor returns tag's entry, or the overflow entry once the series has
-// maxTags tags, counting n observations as overflowed. unknown and untagged
-// are never capped: they say what the collector could not attribute and
-// must stay visible; overflow itself was counted by whoever chose it.
-// Callers hold mu.
+// maxTags tags, counting n observations as overflowed, and marks it seen at
+// sec. unknown and untagged are never capped: they say what the collector
+// could not attribute and must stay visible; overflow itself was counted by
+// whoever chose it. Tags unseen for longer than tagTTL are dropped first,
+// so their slots go to new tags. Callers hold mu.
 func (s *store) entryFor(sr *series, tag string, n float64) *entry {
+	return s.entryAt(sr, tag, n, s.now().Unix())
+}
+
+// entryAt is entryFor at sec (Unix seconds): a batch reads the clock once.
+func (s *store) entryAt(sr *series, tag string, n float64, sec int64) *entry {
+	sr.expire(sec)
 	if e := sr.tags[tag]; e != nil {
+		sr.touch(e, sec)
 		return e
 	}
-	if len(sr.tags) >= s.maxTags && tag != UnknownTag && tag != UntaggedTag && tag != OverflowTag {
+	if len(sr.tags) >= s.maxTags && !ownTag(tag) {
 		sr.overflow += n
 		tag = OverflowTag
 		if e := sr.tags[tag]; e != nil {
 			return e
 		}
 	}
+	return sr.newEntry(tag, sec)
+}
+
+// ownTag reports whether tag is one of the names the collector gives
+// (unknown, untagged, overflow): never capped, never aged out.
+func ownTag(tag string) bool { return tag == UnknownTag || tag == UntaggedTag || tag == OverflowTag }
+
+// newEntry adds tag to the series, seen at sec. Callers hold mu.
+func (sr *series) newEntry(tag string, sec int64) *entry {
 	// Clone: tag may point into a reused buffer or a large statement text.
+	tag = strings.Clone(tag)
 	e := &entry{}
-	sr.tags[strings.Clone(tag)] = e
+	sr.tags[tag] = e
+	if !ownTag(tag) {
+		e.tag = tag
+		sr.touch(e, sec)
+	}
 	return e
+}
+
+// touch marks an aging entry seen at sec: it becomes the newest. An own
+// tag's entry is not in the list and stays out. Callers hold mu.
+func (sr *series) touch(e *entry, sec int64) {
+	if e.tag == "" {
+		return
+	}
+	e.seen = sec
+	if sr.newest == e {
+		return
+	}
+	sr.unlink(e)
+	e.older, e.newer = sr.newest, nil
+	if sr.newest != nil {
+		sr.newest.newer = e
+	} else {
+		sr.oldest = e
+	}
+	sr.newest = e
+}
+
+// unlink takes e out of the aging list; e may be in it or not yet.
+func (sr *series) unlink(e *entry) {
+	if e.older != nil {
+		e.older.newer = e.newer
+	} else if sr.oldest == e {
+		sr.oldest = e.newer
+	}
+	if e.newer != nil {
+		e.newer.older = e.older
+	} else if sr.newest == e {
+		sr.newest = e.older
+	}
+	e.older, e.newer = nil, nil
+}
+
+// expire drops the tags unseen for longer than tagTTL at now (Unix
+// seconds): their series leave /metrics and their slots are free. It walks
+// from the oldest and stops at the first tag still fresh, so its cost is
+// one comparison plus one step per tag dropped, whatever the number of
+// tags. The list is in the order tags were seen: should the wall clock
+// step back, a tag seen after the step waits behind older ones and keeps
+// its slot longer, never shorter. Callers hold mu.
+func (sr *series) expire(now int64) {
+	for e := sr.oldest; e != nil && now-e.seen > int64(tagTTL/time.Second); e = sr.oldest {
+		sr.unlink(e)
+		delete(sr.tags, e.tag)
+	}
 }
 
 // storeSink is the write-only view of the store that one source of one
@@ -248,7 +341,7 @@ func (s *store) add(target string, source Source, batch map[string]*tagDelta) {
 		if d.Figures == (figures{}) && len(d.PinnedSecs) == 0 {
 			continue // nothing to add: no series for it
 		}
-		e := s.entryFor(sr, tag, max(d.Obs, 1))
+		e := s.entryAt(sr, tag, max(d.Obs, 1), sec)
 		e.addAt(sec, &d.Figures)
 		for reason, v := range d.PinnedSecs {
 			if e.pinnedSecs == nil {
@@ -269,7 +362,8 @@ func (s *store) addOne(target string, source Source, tag string, f *figures) {
 		sr.malformed++
 		return
 	}
-	s.entryFor(sr, tag, 1).addAt(s.now().Unix(), f)
+	sec := s.now().Unix()
+	s.entryAt(sr, tag, 1, sec).addAt(sec, f)
 }
 
 func saneSeconds(m map[string]float64) bool {
@@ -282,17 +376,24 @@ func saneSeconds(m map[string]float64) bool {
 }
 
 // capTag maps tag to the name the store would keep it under, counting an
-// overflow once per call. Gauges use it so that their label sets obey the
-// same cap as the counters.
+// overflow once per call, and marks it seen now: a tag that holds sessions
+// keeps its slot. Gauges use it so that their label sets obey the same cap
+// as the counters.
 func (s *store) capTag(sr *series, tag string) string {
-	if _, ok := sr.tags[tag]; ok || tag == UnknownTag || tag == UntaggedTag {
+	sec := s.now().Unix()
+	sr.expire(sec)
+	if e, ok := sr.tags[tag]; ok {
+		sr.touch(e, sec)
+		return tag
+	}
+	if tag == UnknownTag || tag == UntaggedTag {
 		return tag
 	}
 	if len(sr.tags) >= s.maxTags {
 		sr.overflow++
 		return OverflowTag
 	}
-	sr.tags[strings.Clone(tag)] = &entry{}
+	sr.newEntry(tag, sec)
 	return tag
 }
 
@@ -379,10 +480,12 @@ func (s *store) malformedWith(target string, source Source, n int, sample string
 func (s *store) seenElsewhere(tag string, except Source) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	now := s.now().Unix()
 	for k, sr := range s.series {
 		if k.source == except {
 			continue
 		}
+		sr.expire(now)
 		if _, ok := sr.tags[tag]; ok {
 			return true
 		}

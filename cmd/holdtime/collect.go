@@ -107,7 +107,7 @@ only, off loopback).`,
 	f.DurationVar(&c.digestInterval, "proxysql-digest-interval", 10*time.Second, "stats_mysql_query_digest poll interval (negative: off)")
 	f.DurationVar(&c.poolInterval, "proxysql-pool-interval", 5*time.Second, "stats_mysql_connection_pool and stats_mysql_global poll interval")
 	f.DurationVar(&c.mysqlInterval, "mysql-interval", time.Second, "MySQL server poll interval (at least 200ms)")
-	f.IntVar(&c.maxTags, "max-tags", 1000, "distinct tags per target and source; more go to conn_tag=\"overflow\"")
+	f.IntVar(&c.maxTags, "max-tags", 1000, "distinct tags per target and source; more go to conn_tag=\"overflow\"; a tag unseen for 5m frees its slot")
 	f.StringVar(&c.record, "record", "", "write polled processlist samples and stats tables to this directory (see collector/RECORDING.md)")
 	f.DurationVar(&c.timeout, "timeout", 5*time.Second, "bound of one poll, connecting included")
 	f.StringVar(&c.token, "token", "", "bearer token every request but /healthz and /readyz must carry (better: HOLDTIME_TOKEN)")

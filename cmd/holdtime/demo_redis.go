@@ -72,7 +72,7 @@ func lessonRuns(ctx context.Context, target *testenv.Target, errOut io.Writer) (
 	// within a second, cleanup included.
 	var closing sync.WaitGroup
 	defer closing.Wait()
-	defer database.Drop(context.WithoutCancel(ctx))
+	defer dropDatabase(ctx, target, database)
 	rs, err := testenv.StartRedis(ctx, testenv.RedisOptions{Persistence: testenv.PersistenceSnapshot})
 	if err != nil {
 		return nil, nil, err

@@ -35,7 +35,9 @@ type Config struct {
 	OTLP OTLPConfig
 	// MaxTags caps distinct tags per target and source; further tags go to
 	// OverflowTag and count in holdtime_collector_tags_overflow_total.
-	// Default 1000. Memory is about 3 KiB per tag and source.
+	// Default 1000. Memory is about 3 KiB per tag and source. A tag unseen
+	// for longer than the longest window (5 m) frees its slot and its
+	// series leave /metrics, so only tags that do not fit now overflow.
 	MaxTags int
 	// Registerer receives the collector's metrics. Default: a new
 	// prometheus.Registry, served by Handler (never the global one).

@@ -205,10 +205,12 @@
 //
 // Memory: per (target, source) at most Config.MaxTags tags (further ones go
 // to OverflowTag, counted once per observation: span, hold, sampled row),
-// about 3 KiB each for the 10 s/1 m/5 m windows;
-// session state follows live sessions. The events log and processlist
-// attribution keep at most 10,000 distinct tag strings; in the events log,
-// further tags go to OverflowTag, counted in the overflow total.
+// about 3 KiB each for the 10 s/1 m/5 m windows; a tag unseen for longer
+// than the longest window (5 m) frees its slot and its series leave
+// /metrics, so only tags that do not fit now overflow. Session state
+// follows live sessions. The events log and processlist attribution keep at
+// most 10,000 distinct tag strings, each freed after 5 m unused; in the
+// events log, further tags go to OverflowTag, counted in the overflow total.
 //
 // # Metrics
 //

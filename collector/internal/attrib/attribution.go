@@ -114,13 +114,27 @@ type Attributor struct {
 	cfg      AttributorConfig
 	emit     func(*Hold)
 	sessions map[uint64]*session
-	tags     map[string]string // interned tag strings
+	tags     map[string]*internedTag
 	tagBuf   []byte
 	nowUS    int64 // latest end time seen
 	events   int64
 	overflow int64 // tags that went to OverflowTag
 	lastGC   int64
+	lastGCUS int64 // log time of the last expire
 }
+
+// internedTag is one kept tag and the log time it was last used: a tag
+// unused for TagIdleUS frees its slot, so the cap bounds the tags in use
+// now, not every tag since the start (after 10,000 distinct tags every new
+// one went to OverflowTag until the process restarted).
+type internedTag struct {
+	s      string
+	lastUS int64
+}
+
+// TagIdleUS is how long a tag kept by an Attributor may go unused before
+// its slot is freed: the collector's longest window (5 minutes).
+const TagIdleUS = 5 * 60 * 1e6
 
 type session struct {
 	client, user  string
@@ -150,7 +164,7 @@ func NewAttributor(cfg AttributorConfig, emit func(*Hold)) *Attributor {
 		cfg:      cfg,
 		emit:     emit,
 		sessions: make(map[uint64]*session),
-		tags:     make(map[string]string),
+		tags:     make(map[string]*internedTag),
 		tagBuf:   make([]byte, 0, MaxTagLen),
 	}
 }
@@ -165,15 +179,16 @@ func (a *Attributor) Overflow() int64 { return a.overflow }
 // intern returns a string for b, allocating once per distinct tag, or
 // OverflowTag beyond the cap.
 func (a *Attributor) intern(b []byte) string {
-	if s, ok := a.tags[string(b)]; ok {
-		return s
+	if t, ok := a.tags[string(b)]; ok {
+		t.lastUS = a.nowUS
+		return t.s
 	}
 	if len(a.tags) >= a.cfg.MaxTags {
 		a.overflow++
 		return OverflowTag
 	}
 	s := string(b)
-	a.tags[s] = s
+	a.tags[s] = &internedTag{s: s, lastUS: a.nowUS}
 	return s
 }
 
@@ -203,8 +218,8 @@ func (a *Attributor) Add(e *Event) {
 	if e.EndUS > a.nowUS {
 		a.nowUS = e.EndUS
 	}
-	if a.events-a.lastGC >= 1<<16 {
-		a.lastGC = a.events
+	if a.events-a.lastGC >= 1<<16 || a.nowUS-a.lastGCUS >= 60e6 {
+		a.lastGC, a.lastGCUS = a.events, a.nowUS
 		a.expire()
 	}
 	s := a.sessions[e.ThreadID]
@@ -402,8 +417,16 @@ func (a *Attributor) finishTag(s *session) {
 	}
 }
 
-// expire closes sessions silent for longer than the session timeout.
+// expire closes sessions silent for longer than the session timeout and
+// frees the slots of tags unused for TagIdleUS. It runs every 65,536 events
+// or every minute of log time, whichever comes first: the scan of at most
+// MaxTags tags costs a fraction of a map lookup per event.
 func (a *Attributor) expire() {
+	for k, t := range a.tags {
+		if a.nowUS-t.lastUS > TagIdleUS {
+			delete(a.tags, k)
+		}
+	}
 	for id, s := range a.sessions {
 		if a.nowUS-s.lastEndUS < a.cfg.SessionTimeoutUS {
 			continue

@@ -157,3 +157,27 @@ func TestAttributorCapsTags(t *testing.T) {
 		t.Errorf("tags %v, overflow %d; want %v, 2", tags, a.Overflow(), want)
 	}
 }
+
+// TestAttributorTagSlotsAgeOut: a tag unused for longer than TagIdleUS
+// frees its slot, so a new tag after a flood gets its own name instead of
+// OverflowTag for the rest of the process's life; a tag in use keeps its.
+func TestAttributorTagSlotsAgeOut(t *testing.T) {
+	var tags []string
+	a := NewAttributor(AttributorConfig{MaxTags: 2}, func(h *Hold) { tags = append(tags, h.Tag) })
+	add := func(session uint64, atUS int64, q string) {
+		e := ev(session, atUS, atUS+10, q)
+		a.Add(&e)
+	}
+	add(1, 0, "/* conn_tag:junk */ SELECT 1")
+	add(2, 0, "/* conn_tag:steady */ SELECT 1")
+	add(3, 100, "/* conn_tag:fresh */ SELECT 1") // the cap is full
+	// steady stays in use every 2 minutes; junk is never seen again.
+	for m := int64(2); m <= 6; m += 2 {
+		add(2, m*60e6, "/* conn_tag:steady */ SELECT 1")
+	}
+	add(3, 6*60e6+100, "/* conn_tag:fresh */ SELECT 1")
+	want := []string{"junk", "steady", OverflowTag, "steady", "steady", "steady", "fresh"}
+	if !slices.Equal(tags, want) {
+		t.Errorf("tags %v, want %v", tags, want)
+	}
+}

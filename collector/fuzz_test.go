@@ -122,6 +122,7 @@ func otlpSeeds() []*coltrace.ExportTraceServiceRequest {
 	out = append(out, exportRequest(span(otlp.SpanHold, 0, math.MaxUint64, str(otlp.AttrConnTag, "huge"))))
 	out = append(out, exportRequest(span(otlp.SpanHold, start, end, str(otlp.AttrConnTag, "x\x1b[2J\n\u202e"))))
 	out = append(out, exportRequest(span(otlp.SpanHold, end-7*24*3600e9, end, str(otlp.AttrConnTag, "week"))))
+	out = append(out, exportRequest(span(otlp.SpanHold, end-3600e9, end, str(otlp.AttrConnTag, "hour")))) // believed, clipped
 	return out
 }
 
@@ -139,12 +140,17 @@ func FuzzOTLPReceiver(f *testing.F) {
 	f.Add([]byte(`{"resourceSpans":[{"scopeSpans":[{"spans":[{"name":"db.connection.hold","startTimeUnixNano":"1","endTimeUnixNano":"2","attributes":[{"key":"conn_tag","value":{"stringValue":"x"}},{"key":"holdtime.hold.active_seconds","value":{"doubleValue":"NaN"}}]}]}]}]}`), true, false)
 	f.Add([]byte("\xff\xff\xff"), false, false)
 	f.Fuzz(func(t *testing.T, body []byte, asJSON, gz bool) {
+		born := time.Now()
 		c, err := New(Config{OTLP: OTLPConfig{Enabled: true, MaxBodyBytes: 1 << 20}, MaxTags: 4})
 		if err != nil {
 			t.Fatal(err)
 		}
 		h := c.Handler()
 		post(t, h, otlpSeeds()[0], "protobuf")
+		// The physical bound: each hold span is credited at most the
+		// collector's age plus 10 s (the seed's one span, then the body's
+		// spans, posted twice).
+		spans := 1 + 2*holdSpans(body, asJSON)
 		prev := snapshot(c.st)
 		ct := "application/x-protobuf"
 		if asJSON {
@@ -176,7 +182,47 @@ func FuzzOTLPReceiver(f *testing.F) {
 			checkAPI(t, fmt.Sprintf("post %d", i), h, i == 1)
 			prev = cur
 		}
+		doc := getTop(t, h, "window=5m")
+		var held float64
+		for _, r := range doc.Rows {
+			held += r.HoldSeconds
+		}
+		if limit := float64(spans) * (time.Since(born).Seconds() + 10); held > limit {
+			t.Fatalf("%.1f s held from %d hold spans in %.3f s: above the physical bound %.1f s", held, spans, time.Since(born).Seconds(), limit)
+		}
+		// Memory stays bounded: at most MaxTags tags and the collector's
+		// own names.
+		if len(doc.Rows) > 4+3 {
+			t.Fatalf("%d rows with MaxTags 4", len(doc.Rows))
+		}
 	})
+}
+
+// holdSpans counts the hold spans a fuzzed body carries when it decodes
+// (gzip is applied to the body as given, so the body itself is the
+// message); 0 when it does not decode.
+func holdSpans(body []byte, asJSON bool) int {
+	var req coltrace.ExportTraceServiceRequest
+	var err error
+	if asJSON {
+		err = protojson.UnmarshalOptions{DiscardUnknown: true}.Unmarshal(body, &req)
+	} else {
+		err = proto.Unmarshal(body, &req)
+	}
+	if err != nil {
+		return 0
+	}
+	n := 0
+	for _, rs := range req.GetResourceSpans() {
+		for _, ss := range rs.GetScopeSpans() {
+			for _, sp := range ss.GetSpans() {
+				if sp.GetName() == otlp.SpanHold {
+					n++
+				}
+			}
+		}
+	}
+	return n
 }
 
 // eventsSeeds are the table tests' lines: a real log's, absurd times,

@@ -13,7 +13,7 @@ func TestBackendOfAndCarriedBorrow(t *testing.T) {
 	}
 	row := ProcesslistRow{SrvHost: sql.NullString{String: "db", Valid: true}, LSrvHost: sql.NullString{String: "127.0.0.1", Valid: true},
 		LSrvPort: sql.NullInt64{Int64: 5000, Valid: true}, ExtendedInfo: ext(5, 4, 60)}
-	b := backendOf(&row)
+	b := backendOf(&row, parsedExt(&row))
 	if b.key != (BackendKey{Thread: 13, Local: HostPort{Host: "127.0.0.1", Port: 5000}}) || b.get != 5 || b.put != 4 || b.questions != 60 || !b.extended {
 		t.Fatalf("backendOf = %+v", b)
 	}
@@ -29,7 +29,7 @@ func TestBackendOfAndCarriedBorrow(t *testing.T) {
 	} {
 		r := row
 		r.ExtendedInfo = x.ext
-		if got := c.sameBorrow(backendOf(&r)); got != x.same {
+		if got := c.sameBorrow(backendOf(&r, parsedExt(&r))); got != x.same {
 			t.Errorf("%s: sameBorrow = %v", x.name, got)
 		}
 	}
@@ -50,7 +50,7 @@ func TestWaitingForBackend(t *testing.T) {
 		{"idle", ProcesslistRow{Command: str("Sleep")}, false},
 		{"holding", ProcesslistRow{Command: str("Connect"), SrvHost: str("db")}, false},
 	} {
-		if got := waitingForBackend(&c.row); got != c.want {
+		if got := waitingForBackend(&c.row, parsedExt(&c.row)); got != c.want {
 			t.Errorf("%s: %v", c.name, got)
 		}
 	}

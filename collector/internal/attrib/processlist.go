@@ -452,8 +452,9 @@ type backendState struct {
 	extended  bool
 }
 
-// backendOf reads a row's backend state; the zero value without a backend.
-func backendOf(row *ProcesslistRow) backendState {
+// backendOf reads a row's backend state from the row and its parsed
+// extended_info (nil without one); the zero value without a backend.
+func backendOf(row *ProcesslistRow, ext *ExtInfo) backendState {
 	var b backendState
 	if !row.SrvHost.Valid {
 		return b
@@ -461,16 +462,15 @@ func backendOf(row *ProcesslistRow) backendState {
 	if row.LSrvHost.Valid && row.LSrvPort.Valid {
 		b.key.Local = HostPort{row.LSrvHost.String, row.LSrvPort.Int64}
 	}
-	if row.ExtendedInfo.Valid {
-		ext := row.ExtendedInfo.String
+	if ext != nil {
 		// ProxySQL sorts the keys: a backend's "conn" object (thread_id
 		// under "mysql", the connection's own borrow and statement
 		// counters) comes before its "stream".
 		var ok1, ok2, ok3 bool
-		b.key.Thread, _ = JSONInt(ext, `"thread_id"`)
-		b.get, ok1 = JSONInt(ext, `"myconnpoll_get"`)
-		b.put, ok2 = JSONInt(ext, `"myconnpoll_put"`)
-		b.questions, ok3 = JSONInt(ext, `"questions"`)
+		b.key.Thread, _ = ext.Int(ExtThreadID)
+		b.get, ok1 = ext.Int(ExtConnpollGet)
+		b.put, ok2 = ext.Int(ExtConnpollPut)
+		b.questions, ok3 = ext.Int(ExtQuestions)
 		b.extended = ok1 && ok2 && ok3
 	}
 	return b
@@ -585,8 +585,27 @@ func (s *SampleAttributor) Sample(at time.Time) {
 	}
 }
 
+// NeedsExtInfo reports whether the sampler reads a row's extended_info:
+// only a session holding a backend (srv_host set) or waiting for one
+// (command Connect) needs it. The processlist query selects it for those
+// rows only (see collector's queryProcesslist).
+func NeedsExtInfo(row *ProcesslistRow) bool {
+	return row.ExtendedInfo.Valid && (row.SrvHost.Valid || row.Command.Valid && row.Command.String == "Connect")
+}
+
 // Add processes one row. Rows come sample by sample, in time order.
 func (s *SampleAttributor) Add(row *ProcesslistRow) {
+	if NeedsExtInfo(row) {
+		ext := ParseExtInfo(row.ExtendedInfo.String)
+		s.AddExt(row, &ext)
+		return
+	}
+	s.AddExt(row, nil)
+}
+
+// AddExt is Add with the row's extended_info already parsed by
+// ParseExtInfo; ext is nil when NeedsExtInfo is false.
+func (s *SampleAttributor) AddExt(row *ProcesslistRow, ext *ExtInfo) {
 	s.stats.Rows++
 	s.Sample(row.SampleTime)
 	var tag string
@@ -611,7 +630,7 @@ func (s *SampleAttributor) Add(row *ProcesslistRow) {
 			}
 		}
 	}
-	backend := backendOf(row)
+	backend := backendOf(row, ext)
 	switch {
 	case from == TagFromInfo && row.SrvHost.Valid:
 		s.carried[row.SessionID] = carriedTag{tag, row.SampleTime, backend}
@@ -633,7 +652,7 @@ func (s *SampleAttributor) Add(row *ProcesslistRow) {
 		}
 	}
 	if !row.SrvHost.Valid {
-		if waitingForBackend(row) {
+		if waitingForBackend(row, ext) {
 			s.held = append(s.held, SampledHold{At: row.SampleTime, SessionID: row.SessionID, Tag: UnknownTag,
 				UnknownReason: ReasonWaitUnseen, User: row.User.String, Hostgroup: int(row.Hostgroup.Int64), Waiting: true})
 		}
@@ -655,8 +674,8 @@ func (s *SampleAttributor) Add(row *ProcesslistRow) {
 	if from == TagFromUnknown {
 		h.Tag, h.UnknownReason = UnknownTag, ReasonIdleUnseen
 	}
-	if row.ExtendedInfo.Valid {
-		h.AutoIncrementDelay = AutoIncrementDelay(row.ExtendedInfo.String)
+	if ext != nil {
+		h.AutoIncrementDelay = ext.Has(ExtAutoIncrementDelay)
 	}
 	s.held = append(s.held, h)
 }
@@ -669,14 +688,14 @@ const ReasonWaitUnseen = "waiting for a backend: ProxySQL shows no statement whi
 // max_connections: such a session shows command Connect, no backend, info
 // NULL, and in extended_info the session status CONNECTING_SERVER (1); its
 // statement is not shown until a backend is free.
-func waitingForBackend(row *ProcesslistRow) bool {
+func waitingForBackend(row *ProcesslistRow, ext *ExtInfo) bool {
 	if row.SrvHost.Valid || !row.Command.Valid || row.Command.String != "Connect" {
 		return false
 	}
-	if row.ExtendedInfo.Valid {
+	if ext != nil {
 		// The session's own "status" (keys are sorted: it follows the
 		// nested "status" objects, which are not numbers).
-		st, ok := JSONInt(row.ExtendedInfo.String, `"status"`)
+		st, ok := ext.Int(ExtStatus)
 		return !ok || st == 1
 	}
 	return true

@@ -21,8 +21,14 @@ import (
 // The admin queries. Columns are named so a future ProxySQL that adds some
 // does not shift them.
 const (
+	// extended_info (3–6 KB of JSON per session) only for the sessions the
+	// sampler reads it of, those holding a backend or waiting for one
+	// (attrib.NeedsExtInfo): an idle session's is not sent. ProxySQL
+	// builds every session's JSON whatever the query selects.
 	queryProcesslist = `SELECT ThreadID, SessionID, user, db, cli_host, cli_port, hostgroup, l_srv_host, l_srv_port, ` +
-		`srv_host, srv_port, command, time_ms, info, status_flags, extended_info FROM stats_mysql_processlist`
+		`srv_host, srv_port, command, time_ms, info, status_flags, ` +
+		`CASE WHEN srv_host IS NOT NULL OR command = 'Connect' THEN extended_info END AS extended_info ` +
+		`FROM stats_mysql_processlist`
 	queryDigest = `SELECT hostgroup, schemaname, username, client_address, digest, digest_text, count_star, ` +
 		`first_seen, last_seen, sum_time FROM stats_mysql_query_digest`
 	queryKeepComment = `SELECT variable_value FROM global_variables WHERE variable_name = 'mysql-query_digests_keep_comment'`

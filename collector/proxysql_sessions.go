@@ -29,39 +29,52 @@ const (
 	pinReasonUnexplainedIdle = "none_shown"
 )
 
+// pinReasons are the flags of extended_info that keep an idle session's
+// backend, in the order pinReason tries them.
+var pinReasons = [...]struct {
+	key    attrib.ExtKey
+	reason string
+}{
+	{attrib.ExtLockTables, PinReasonLockTables},
+	{attrib.ExtGetLock, PinReasonGetLock},
+	{attrib.ExtTemporaryTable, PinReasonTempTable},
+	{attrib.ExtUserVariable, PinReasonUserVariable},
+	{attrib.ExtPreparedStatement, PinReasonPrepared},
+	{attrib.ExtAutoIncrementDelay, PinReasonAutoIncrement},
+	{attrib.ExtHasSavepoint, PinReasonSavepoint},
+	{attrib.ExtFoundRows, PinReasonFoundRows},
+	{attrib.ExtNoMultiplex, PinReasonNoMultiplex},
+	{attrib.ExtMultiplexDisabled, PinReasonMultiplexOff},
+	{attrib.ExtMultiplexDisabledExt, PinReasonMultiplexOff},
+}
+
 // pinReason says why ProxySQL keeps the backend of an idle session, from its
-// extended_info JSON. It scans for the few keys it needs rather than
-// decoding the whole document (several KiB per session).
-func pinReason(ext string) string {
-	if n, ok := attrib.JSONInt(ext, `"active_transactions"`); ok && n > 0 {
+// extended_info as attrib.ParseExtInfo read it (one pass over the several
+// KiB of JSON, shared with the sampler).
+func pinReason(ext *attrib.ExtInfo) string {
+	if n, ok := ext.Int(attrib.ExtActiveTransactions); ok && n > 0 {
 		return PinReasonTransaction
 	}
-	for _, k := range [...]struct{ key, reason string }{
-		{`"lock_tables"`, PinReasonLockTables},
-		{`"get_lock"`, PinReasonGetLock},
-		{`"temporary_table"`, PinReasonTempTable},
-		{`"user_variable"`, PinReasonUserVariable},
-		{`"prepared_statement"`, PinReasonPrepared},
-	} {
-		if attrib.JSONTrue(ext, k.key) {
-			return k.reason
-		}
-	}
-	if attrib.AutoIncrementDelay(ext) {
-		return PinReasonAutoIncrement
-	}
-	for _, k := range [...]struct{ key, reason string }{
-		{`"has_savepoint"`, PinReasonSavepoint},
-		{`"found_rows"`, PinReasonFoundRows},
-		{`"no_multiplex"`, PinReasonNoMultiplex},
-		{`"MultiplexDisabled"`, PinReasonMultiplexOff},
-		{`"MultiplexDisabled_ext"`, PinReasonMultiplexOff},
-	} {
-		if attrib.JSONTrue(ext, k.key) {
+	for _, k := range pinReasons {
+		if ext.Has(k.key) {
 			return k.reason
 		}
 	}
 	return pinReasonUnexplainedIdle
+}
+
+// parseExt reads a row's extended_info once, for the sampler and the pin
+// reason: only for a row attrib.NeedsExtInfo says is read (nil otherwise),
+// reason set for a pinned one (backend, no statement).
+func parseExt(r *ProcesslistRow, ext *attrib.ExtInfo) (_ *attrib.ExtInfo, reason string) {
+	if !attrib.NeedsExtInfo(r) {
+		return nil, ""
+	}
+	*ext = attrib.ParseExtInfo(r.ExtendedInfo.String)
+	if r.SrvHost.Valid && !r.Info.Valid {
+		reason = pinReason(ext)
+	}
+	return ext, reason
 }
 
 // pendingUnknown is a run of sampled hold of a session, in consecutive
@@ -116,6 +129,9 @@ type proxysqlSessions struct {
 
 	attr    *Attributor // nil without an events log
 	sampler *SampleAttributor
+	// parseExt is parseExt; the benchmarks swap in the former key by key
+	// scans as their baseline.
+	parseExt func(r *ProcesslistRow, ext *attrib.ExtInfo) (*attrib.ExtInfo, string)
 	// resolvable says whether anything (events log, app spans, the server
 	// join) may name an unknown session later; without it unknown hold is
 	// reported at once, and a carried tag is taken at once.
@@ -158,6 +174,7 @@ func newProxySQLSessions(target string, st *store, cfg ProcesslistConfig, withEv
 		pending: map[int64][]*pendingUnknown{}, hints: map[int64][]sessionHint{},
 		batch: map[string]*tagDelta{}, sessions: map[string]int{}, pinned: map[[2]string]int{},
 		events: map[string]*tagDelta{}, waitLog: map[int64][]waitSample{},
+		parseExt: parseExt,
 	}
 	var tagOf func(uint64) (string, bool)
 	if withEvents {
@@ -479,13 +496,15 @@ func (p *proxysqlSessions) sampleRead(at, readAt time.Time, rows []ProcesslistRo
 		p.prevAt, p.lastAt = p.lastAt, at
 	}
 	clear(p.curReasons)
+	var buf attrib.ExtInfo
 	for i := range rows {
 		r := &rows[i]
 		r.SampleTime = at
-		if r.SrvHost.Valid && !r.Info.Valid && r.ExtendedInfo.Valid {
-			p.curReasons[r.SessionID] = pinReason(r.ExtendedInfo.String)
+		ext, reason := p.parseExt(r, &buf)
+		if reason != "" {
+			p.curReasons[r.SessionID] = reason
 		}
-		p.sampler.Add(r)
+		p.sampler.AddExt(r, ext)
 	}
 	for id, runs := range p.pending {
 		if p.attr != nil {

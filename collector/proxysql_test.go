@@ -112,7 +112,7 @@ func TestPinReasonStates(t *testing.T) {
 	got := map[int64]string{}
 	for _, r := range rows {
 		if r.SrvHost.Valid && !r.Info.Valid {
-			got[r.SessionID] = pinReason(r.ExtendedInfo.String)
+			got[r.SessionID] = pinReasonOfDoc(r.ExtendedInfo.String)
 		} else {
 			got[r.SessionID] = "not pinned"
 		}
@@ -138,7 +138,7 @@ func TestPinReasonKeys(t *testing.T) {
 		{`{}`, pinReasonUnexplainedIdle},
 		{``, pinReasonUnexplainedIdle},
 	} {
-		if got := pinReason(tc.ext); got != tc.want {
+		if got := pinReasonOfDoc(tc.ext); got != tc.want {
 			t.Errorf("pinReason(%s) = %q, want %q", tc.ext, got, tc.want)
 		}
 	}
@@ -150,7 +150,7 @@ func FuzzPinReason(f *testing.F) {
 	f.Add(`"active_transactions":`)
 	f.Add(`"auto_increment_delay_token":9999999999999999999999`)
 	f.Fuzz(func(t *testing.T, ext string) {
-		if pinReason(ext) == "" {
+		if pinReasonOfDoc(ext) == "" {
 			t.Fatal("empty reason")
 		}
 	})

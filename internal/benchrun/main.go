@@ -64,6 +64,7 @@ var suites = []suite{
 	{name: "reservation: refill convoy", module: ".", pkg: "./reservation", bench: "^BenchmarkRefillConvoy$", benchtime: "2000x", quick: "600x"},
 	{name: "reservation: claims and releases", module: ".", pkg: "./reservation", bench: "^(BenchmarkClaim|BenchmarkReleaseGroup)$", benchtime: "3000x", quick: "600x"},
 	{name: "collector: 10,000-session snapshot", module: ".", pkg: "./collector", bench: "^BenchmarkProcesslistSnapshot$", benchtime: "100x", quick: "50x", count: 3},
+	{name: "collector: processlist sample with extended_info", module: ".", pkg: "./collector", bench: "^BenchmarkProcesslistExtended$", benchtime: "3x", quick: "1x"},
 	{name: "analyze: events log", module: ".", pkg: "./collector", bench: "^BenchmarkEventsLog$", benchtime: "10x", quick: "5x", count: 3},
 }
 

@@ -127,6 +127,20 @@ var extByLen = func() (t [extMaxName + 1][2]uint8) {
 	return t
 }()
 
+// extFirst is the first letter of each key by the length of its name:
+// most names between two quotes are no key's, and are passed over without
+// a call.
+var extFirst = func() (t [extMaxName + 1][2]byte) {
+	for n, ks := range extByLen {
+		for i, c := range ks {
+			if c != 0 {
+				t[n][i] = ExtKeyName[c-1][1]
+			}
+		}
+	}
+	return t
+}()
+
 // extKeyOf returns the key named by the text between two quotes.
 func extKeyOf(name string) (ExtKey, bool) {
 	if len(name) < extMinName || len(name) > extMaxName {
@@ -176,7 +190,8 @@ func ParseExtInfo(doc string) ExtInfo {
 			if doc[q] != '"' { // the borrow above a zero byte
 				continue
 			}
-			if prev >= 0 {
+			if n := q - prev - 1; prev >= 0 && n >= extMinName && n <= extMaxName &&
+				(doc[prev+1] == extFirst[n][0] || doc[prev+1] == extFirst[n][1]) {
 				e.name(doc, prev, q, &next)
 			}
 			prev = q

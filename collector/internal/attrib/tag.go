@@ -1,6 +1,10 @@
 package attrib
 
-import "github.com/holdtime/holdtime/conntag"
+import (
+	"unicode/utf8"
+
+	"github.com/holdtime/holdtime/conntag"
+)
 
 // MaxTagLen is the longest tag, in bytes: conntag's limit.
 const MaxTagLen = conntag.MaxTagLen
@@ -46,8 +50,13 @@ func unhex(c byte) (byte, bool) {
 
 // Truncate cuts s to n bytes, marking the cut with "...".
 func Truncate(s string, n int) string {
-	if len(s) > n {
-		return s[:n] + "..."
+	if len(s) <= n {
+		return s
 	}
-	return s
+	// On a rune boundary: a sample cut inside a character would be
+	// invalid UTF-8 wherever it is shown.
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "..."
 }

@@ -15,7 +15,6 @@ import (
 	"net/http"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	coltrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
@@ -23,6 +22,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/holdtime/holdtime/collector/internal/attrib"
 	"github.com/holdtime/holdtime/collector/internal/source"
 	"github.com/holdtime/holdtime/conntag"
 )
@@ -301,7 +301,7 @@ func (o *Receiver) span(sp *tracepb.Span, batch map[string]*source.TagDelta, now
 		// from: conntag's spans carry SanitizeTag's output. The sample
 		// is cut and quoted where it is shown; never stored as a tag.
 		if rej.sample == "" {
-			rej.sample = cut(tag, 80)
+			rej.sample = attrib.Truncate(tag, 80)
 		}
 		return badTag
 	}
@@ -376,17 +376,6 @@ func rejectIf(conntags bool, why reject) reject {
 		return why
 	}
 	return accepted
-}
-
-// cut shortens s to at most n bytes on a rune boundary, marking the cut.
-func cut(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n] + "…"
 }
 
 // isHoldCandidate says whether a span with a bad holdtime attribute is

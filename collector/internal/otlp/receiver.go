@@ -1,17 +1,9 @@
-// Package otlp is the collector's one push source: an http.Handler that
-// takes conntag's spans over OTLP/HTTP and writes their per-tag figures to
-// a Sink, and gives each hold span's session hint to the one target the
-// span went through (Router).
 package otlp
 
 import (
 	"cmp"
-	"compress/gzip"
-	"errors"
 	"fmt"
-	"io"
 	"math"
-	"mime"
 	"net/http"
 	"strings"
 	"time"
@@ -19,8 +11,6 @@ import (
 	coltrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
-	"google.golang.org/protobuf/encoding/protojson"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/holdtime/holdtime/collector/internal/attrib"
 	"github.com/holdtime/holdtime/collector/internal/source"
@@ -75,6 +65,10 @@ type Receiver struct {
 	// MaxHold rejects a hold span longer than this (0: DefaultMaxHold):
 	// a broken clock or a hostile sender, not a borrow.
 	MaxHold time.Duration
+	// HintsOnly: the app layer's figures come from conntag's counters
+	// (MetricsReceiver), so spans only give session hints to the Router
+	// and add no figures (they would count every hold twice).
+	HintsOnly bool
 	// Started is when the receiver began to listen. A hold is credited
 	// at most the time since then plus the shortest window (10 s): a
 	// counter never takes more hold per connection than the time it has
@@ -154,55 +148,9 @@ func (r *rejects) message(maxHold time.Duration) string {
 
 // ServeHTTP takes one export request.
 func (o *Receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
-	var unmarshal func([]byte, proto.Message) error
-	var marshal func(proto.Message) ([]byte, error)
-	switch ct {
-	case "application/x-protobuf", "application/protobuf":
-		unmarshal, marshal = proto.Unmarshal, proto.Marshal
-	case "application/json":
-		unmarshal = protojson.UnmarshalOptions{DiscardUnknown: true}.Unmarshal
-		marshal = protojson.Marshal
-	default:
-		http.Error(w, "Content-Type must be application/x-protobuf or application/json", http.StatusUnsupportedMediaType)
-		return
-	}
-	var body io.Reader = http.MaxBytesReader(w, r.Body, o.MaxBody)
-	enc := strings.ToLower(strings.TrimSpace(r.Header.Get("Content-Encoding")))
-	switch enc {
-	case "", "identity", "gzip":
-	default:
-		// Decoding it as plain would count the exporter's batches as
-		// garbage; 415 tells it what to send instead.
-		http.Error(w, "Content-Encoding must be gzip or identity (none)", http.StatusUnsupportedMediaType)
-		return
-	}
-	if enc == "gzip" {
-		zr, err := gzip.NewReader(body)
-		if err != nil {
-			o.bad(w, "gzip body: "+err.Error())
-			return
-		}
-		defer zr.Close()
-		body = io.LimitReader(zr, o.MaxBody+1)
-	}
-	b, err := io.ReadAll(body)
-	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			http.Error(w, fmt.Sprintf("request larger than %d bytes: export smaller batches", o.MaxBody), http.StatusRequestEntityTooLarge)
-			return
-		}
-		o.bad(w, "read body: "+err.Error())
-		return
-	}
-	if int64(len(b)) > o.MaxBody {
-		http.Error(w, fmt.Sprintf("request larger than %d bytes: export smaller batches", o.MaxBody), http.StatusRequestEntityTooLarge)
-		return
-	}
 	var req coltrace.ExportTraceServiceRequest
-	if err := unmarshal(b, &req); err != nil {
-		o.bad(w, "decode ExportTraceServiceRequest: "+err.Error())
+	codec, ok := readExport(w, r, o.MaxBody, &req, o.Sink)
+	if !ok {
 		return
 	}
 	rej := o.ingest(&req)
@@ -212,18 +160,7 @@ func (o *Receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if n := rej.total(); n > 0 {
 		resp.PartialSuccess = &coltrace.ExportTracePartialSuccess{RejectedSpans: n, ErrorMessage: rej.message(o.maxHold())}
 	}
-	out, err := marshal(resp)
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusInternalServerError)
-		return
-	}
-	w.Header().Set("Content-Type", ct)
-	w.Write(out)
-}
-
-func (o *Receiver) bad(w http.ResponseWriter, msg string) {
-	o.Sink.Malformed(1)
-	http.Error(w, msg, http.StatusBadRequest)
+	codec.reply(w, resp)
 }
 
 func (o *Receiver) maxHold() time.Duration { return cmp.Or(o.MaxHold, DefaultMaxHold) }
@@ -354,13 +291,15 @@ func (o *Receiver) span(sp *tracepb.Span, batch map[string]*source.TagDelta, now
 			f.Active = hold - f.Idle
 		}
 	}
-	d := batch[tag]
-	if d == nil {
-		d = &source.TagDelta{}
-		batch[tag] = d
+	if !o.HintsOnly {
+		d := batch[tag]
+		if d == nil {
+			d = &source.TagDelta{}
+			batch[tag] = d
+		}
+		d.Add(&f)
+		d.Obs++
 	}
-	d.Add(&f)
-	d.Obs++
 	if session > 0 && sp.GetName() == SpanHold {
 		// The session id is the ProxySQL session of the instance the app
 		// dialled or, connected directly, the server's connection id (the

@@ -1,0 +1,454 @@
+package otlp
+
+import (
+	"cmp"
+	"fmt"
+	"math"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	colmetrics "go.opentelemetry.io/proto/otlp/collector/metrics/v1"
+	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
+	metricspb "go.opentelemetry.io/proto/otlp/metrics/v1"
+
+	"github.com/holdtime/holdtime/collector/internal/attrib"
+	"github.com/holdtime/holdtime/collector/internal/source"
+	"github.com/holdtime/holdtime/conntag"
+)
+
+// conntag's per-tag counters (conntag/metrics.go): what the app layer's
+// figures are made of. Every series carries conn_tag; statements carry
+// error.type when they failed.
+const (
+	MetricHoldTime   = "holdtime.connection.hold_time"
+	MetricActiveTime = "holdtime.connection.active_time"
+	MetricIdleTime   = "holdtime.connection.idle_time"
+	MetricHolds      = "holdtime.connection.holds"
+	MetricOperations = "holdtime.client.operations"
+	AttrErrorType    = "error.type"
+)
+
+// counterKind is which figure a counter moves.
+type counterKind uint8
+
+const (
+	kindNone counterKind = iota
+	kindHold
+	kindActive
+	kindIdle
+	kindHolds
+	kindOps
+)
+
+func kindOf(name string) counterKind {
+	switch name {
+	case MetricHoldTime:
+		return kindHold
+	case MetricActiveTime:
+		return kindActive
+	case MetricIdleTime:
+		return kindIdle
+	case MetricHolds:
+		return kindHolds
+	case MetricOperations:
+		return kindOps
+	}
+	return kindNone
+}
+
+// Defaults of MetricsReceiver's bounds.
+const (
+	// DefaultMaxConnections bounds how fast a seconds counter may grow:
+	// hold-seconds per second is the number of connections held, and no
+	// pool of one app holds more than this at once.
+	DefaultMaxConnections = 10_000
+	// DefaultMaxOpsRate bounds how fast a statement or hold counter of
+	// one series may grow, per second.
+	DefaultMaxOpsRate = 1_000_000
+	// DefaultMaxSeries bounds the series remembered (about 200 bytes
+	// each): a counter's first point only sets its baseline, so every
+	// series the receiver credits is one it remembers.
+	DefaultMaxSeries = 100_000
+	// seriesIdle is how long a series unseen is remembered: an app
+	// exports every 60 s by default, and one that restarts starts new
+	// series (a new start time).
+	seriesIdle = 10 * time.Minute
+)
+
+// MetricsReceiver takes conntag's counters over OTLP/HTTP (/v1/metrics,
+// protobuf or JSON, optionally gzip) and writes the per-tag deltas they
+// say to the Sink: hold, active and idle seconds, statements and failed
+// statements. Its work per export grows with the series exported (tags ×
+// pools × operations), never with the holds the app made. Other metrics
+// are ignored: it can sit behind an OpenTelemetry Collector that forwards
+// everything.
+//
+// A series is one resource (every attribute of it) × metric × point
+// attributes × start time: a counter that restarts (a new start time) is
+// a new series, and so are two app replicas whose resources are alike.
+// Cumulative points are turned into deltas against the last point of
+// their series: the first point of a series that began counting before
+// Started is only its baseline (what it counted before cannot be placed
+// in time); one that began after Started is credited whole. A point no
+// newer than the last one of its series (a retry, a duplicate, an export
+// out of order) adds nothing. Delta points are credited as they come,
+// unless they overlap the last one of their series. A counter that goes
+// down without a new start time, grows faster than physics allows
+// (MaxConnections, MaxOpsRate), or is not a finite non-negative number is
+// rejected, never guessed, and so is a series whose conn_tag is missing or
+// outside the tag grammar.
+type MetricsReceiver struct {
+	Sink Sink
+	// MaxTags bounds the distinct tags of one batch written to Sink.
+	MaxTags int
+	// MaxBody caps one export request, in bytes.
+	MaxBody int64
+	// Started is when the receiver began to listen; zero: every series'
+	// first cumulative point is only a baseline.
+	Started time.Time
+	// MaxConnections, MaxOpsRate and MaxSeries: zero means the Default.
+	MaxConnections float64
+	MaxOpsRate     float64
+	MaxSeries      int
+	// Now is the receiver's clock; nil: time.Now.
+	Now func() time.Time
+
+	mu        sync.Mutex
+	series    map[string]*series
+	lastSweep time.Time
+}
+
+// series is what is remembered of one counter series.
+type series struct {
+	last  uint64  // time of the last point taken, unix nanos
+	value float64 // its value (cumulative)
+	seen  time.Time
+}
+
+// pointReject is why a counter point was skipped.
+type pointReject uint8
+
+const (
+	pointOK        pointReject = iota
+	pointDuplicate             // not newer than the series' last point: not an error
+	pointNoTag                 // a conntag counter without conn_tag
+	pointBadTag                // conn_tag outside the grammar
+	pointBadNumber             // NaN, infinite or negative
+	pointBadTimes              // no time, before its start, or in the future
+	pointBadKind               // not a monotonic cumulative or delta sum
+	pointDown                  // went down without a new start time
+	pointTooFast               // grew faster than MaxConnections or MaxOpsRate
+	pointTooMany               // past MaxSeries
+	numPointRejects
+)
+
+var pointRejectText = [numPointRejects]string{
+	pointNoTag:     "without conn_tag",
+	pointBadTag:    "with a conn_tag outside the tag grammar (1 to 64 of [A-Za-z0-9_.:-])",
+	pointBadNumber: "whose value is not a finite, non-negative number",
+	pointBadTimes:  "without a valid time (none, before its start, or more than 5m in the future)",
+	pointBadKind:   "not a monotonic sum (cumulative or delta)",
+	pointDown:      "of a cumulative counter that went down without a new start time",
+	pointTooFast:   "growing faster than any pool can (more connections held, or statements per second, than the receiver's bounds)",
+	pointTooMany:   "of series past the receiver's bound on series remembered",
+}
+
+type pointRejects struct {
+	n      [numPointRejects]int64
+	sample string
+}
+
+func (r *pointRejects) total() (n int64) {
+	for _, v := range r.n[pointNoTag:] {
+		n += v
+	}
+	return n
+}
+
+func (r *pointRejects) message() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d conntag counter points skipped:", r.total())
+	sep := " "
+	for why := pointNoTag; why < numPointRejects; why++ {
+		if r.n[why] != 0 {
+			fmt.Fprintf(&b, "%s%d %s", sep, r.n[why], pointRejectText[why])
+			sep = "; "
+		}
+	}
+	if r.sample != "" {
+		fmt.Fprintf(&b, "; first bad tag %q", r.sample)
+	}
+	return b.String()
+}
+
+// ServeHTTP takes one export request.
+func (m *MetricsReceiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	var req colmetrics.ExportMetricsServiceRequest
+	codec, ok := readExport(w, r, m.MaxBody, &req, m.Sink)
+	if !ok {
+		return
+	}
+	rej := m.ingest(&req)
+	m.Sink.Success()
+	resp := &colmetrics.ExportMetricsServiceResponse{}
+	if n := rej.total(); n > 0 {
+		resp.PartialSuccess = &colmetrics.ExportMetricsPartialSuccess{RejectedDataPoints: n, ErrorMessage: rej.message()}
+	}
+	codec.reply(w, resp)
+}
+
+// ingest writes one export's per-tag deltas to the Sink and says which
+// points it rejected, and why.
+func (m *MetricsReceiver) ingest(req *colmetrics.ExportMetricsServiceRequest) pointRejects {
+	now := time.Now()
+	if m.Now != nil {
+		now = m.Now()
+	}
+	maxTags := cmp.Or(m.MaxTags, 1000)
+	batch := map[string]*source.TagDelta{}
+	var rej pointRejects
+	var key []byte
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.series == nil {
+		m.series = map[string]*series{}
+	}
+	for _, rm := range req.GetResourceMetrics() {
+		key = appendAttrs(key[:0], rm.GetResource().GetAttributes())
+		resLen := len(key)
+		for _, sm := range rm.GetScopeMetrics() {
+			for _, mt := range sm.GetMetrics() {
+				kind := kindOf(mt.GetName())
+				if kind == kindNone {
+					continue
+				}
+				sum := mt.GetSum()
+				if sum == nil || !sum.GetIsMonotonic() || (sum.GetAggregationTemporality() != metricspb.AggregationTemporality_AGGREGATION_TEMPORALITY_CUMULATIVE &&
+					sum.GetAggregationTemporality() != metricspb.AggregationTemporality_AGGREGATION_TEMPORALITY_DELTA) {
+					rej.n[pointBadKind] += int64(dataPoints(mt))
+					continue
+				}
+				cumulative := sum.GetAggregationTemporality() == metricspb.AggregationTemporality_AGGREGATION_TEMPORALITY_CUMULATIVE
+				key = append(append(key[:resLen], 0xff), mt.GetName()...)
+				metLen := len(key)
+				for _, p := range sum.GetDataPoints() {
+					if len(batch) >= maxTags {
+						m.Sink.Add(batch)
+						clear(batch)
+					}
+					key = appendAttrs(key[:metLen], p.GetAttributes())
+					if cumulative {
+						key = strconv.AppendUint(append(key, 0xff), p.GetStartTimeUnixNano(), 10)
+					}
+					if why := m.point(string(key), kind, cumulative, p, batch, now, &rej); why != pointOK {
+						rej.n[why]++
+					}
+				}
+			}
+		}
+	}
+	m.Sink.Add(batch)
+	m.Sink.Malformed(int(rej.total()))
+	m.sweep(now)
+	return rej
+}
+
+// point takes one data point of a conntag counter.
+func (m *MetricsReceiver) point(key string, kind counterKind, cumulative bool, p *metricspb.NumberDataPoint,
+	batch map[string]*source.TagDelta, now time.Time, rej *pointRejects) pointReject {
+	if p.GetFlags()&uint32(metricspb.DataPointFlags_DATA_POINT_FLAGS_NO_RECORDED_VALUE_MASK) != 0 {
+		return pointOK // a gap the exporter marked: nothing to add
+	}
+	var tag string
+	var haveTag, failed bool
+	for _, kv := range p.GetAttributes() {
+		switch kv.GetKey() {
+		case AttrConnTag:
+			tag, haveTag = kv.GetValue().GetStringValue(), true
+		case AttrErrorType:
+			failed = true
+		}
+	}
+	switch {
+	case !haveTag:
+		return pointNoTag
+	case !conntag.ValidTag(tag):
+		if rej.sample == "" {
+			rej.sample = attrib.Truncate(tag, 80)
+		}
+		return pointBadTag
+	}
+	var v float64
+	switch x := p.GetValue().(type) {
+	case *metricspb.NumberDataPoint_AsDouble:
+		v = x.AsDouble
+	case *metricspb.NumberDataPoint_AsInt:
+		v = float64(x.AsInt)
+	default:
+		return pointBadNumber
+	}
+	if !(v >= 0 && v <= math.MaxFloat64) {
+		return pointBadNumber
+	}
+	start, t := p.GetStartTimeUnixNano(), p.GetTimeUnixNano()
+	if t == 0 || t < start || t > math.MaxInt64 || time.Unix(0, int64(t)).After(now.Add(maxFuture)) {
+		return pointBadTimes
+	}
+	s := m.series[key]
+	var delta float64
+	var from uint64 // where the delta's interval begins
+	switch {
+	case s == nil && len(m.series) >= cmp.Or(m.MaxSeries, DefaultMaxSeries):
+		return pointTooMany
+	case s == nil:
+		s = &series{last: t, value: v, seen: now}
+		m.series[key] = s
+		if cumulative && (start == 0 || m.Started.IsZero() || time.Unix(0, int64(start)).Before(m.Started)) {
+			return pointOK // a baseline: what it counted before is not placed in time
+		}
+		if !cumulative {
+			s.value = 0
+		}
+		delta, from = v, start
+	case cumulative && t <= s.last, !cumulative && start < s.last:
+		s.seen = now
+		return pointDuplicate
+	case cumulative && v < s.value:
+		s.seen = now
+		if start != 0 {
+			s.last, s.value = t, v
+			return pointDown
+		}
+		// No start time to tell a restart by: a counter that went down
+		// restarted, and counts from zero (Prometheus' rule).
+		delta, from = v, s.last
+		s.last, s.value = t, v
+	case cumulative:
+		delta, from = v-s.value, s.last
+	default:
+		delta, from = v, start
+	}
+	if from == 0 || from > t {
+		from = t
+	}
+	elapsed := float64(t-from)/1e9 + 1 // a second of slack for clock granularity
+	limit := cmp.Or(m.MaxOpsRate, DefaultMaxOpsRate)
+	if kind == kindHold || kind == kindActive || kind == kindIdle {
+		limit = cmp.Or(m.MaxConnections, DefaultMaxConnections)
+	}
+	if delta > elapsed*limit {
+		// Keep the last good point: a spike is rejected and what follows
+		// is measured from before it.
+		s.seen = now
+		return pointTooFast
+	}
+	s.last, s.seen = t, now
+	if cumulative {
+		s.value = v
+	}
+	if delta == 0 {
+		return pointOK
+	}
+	d := batch[tag]
+	if d == nil {
+		d = &source.TagDelta{}
+		batch[tag] = d
+	}
+	switch kind {
+	case kindHold:
+		d.Hold += delta
+	case kindActive:
+		d.Active += delta
+	case kindIdle:
+		d.Idle += delta
+	case kindHolds:
+		d.Obs += delta
+	case kindOps:
+		d.Stmts += delta
+		if failed {
+			d.Errors += delta
+		}
+	}
+	return pointOK
+}
+
+// sweep forgets series unseen for seriesIdle, at most once a minute.
+func (m *MetricsReceiver) sweep(now time.Time) {
+	if now.Sub(m.lastSweep) < time.Minute {
+		return
+	}
+	m.lastSweep = now
+	for k, s := range m.series {
+		if now.Sub(s.seen) > seriesIdle {
+			delete(m.series, k)
+		}
+	}
+}
+
+// Series says how many series the receiver remembers.
+func (m *MetricsReceiver) Series() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.series)
+}
+
+func dataPoints(mt *metricspb.Metric) int {
+	switch d := mt.GetData().(type) {
+	case *metricspb.Metric_Gauge:
+		return len(d.Gauge.GetDataPoints())
+	case *metricspb.Metric_Sum:
+		return len(d.Sum.GetDataPoints())
+	case *metricspb.Metric_Histogram:
+		return len(d.Histogram.GetDataPoints())
+	case *metricspb.Metric_ExponentialHistogram:
+		return len(d.ExponentialHistogram.GetDataPoints())
+	case *metricspb.Metric_Summary:
+		return len(d.Summary.GetDataPoints())
+	}
+	return 0
+}
+
+// appendAttrs appends an unambiguous encoding of attrs, in key order, to
+// b: the identity of a resource or a point.
+func appendAttrs(b []byte, attrs []*commonpb.KeyValue) []byte {
+	sorted := slices.IsSortedFunc(attrs, func(x, y *commonpb.KeyValue) int { return strings.Compare(x.GetKey(), y.GetKey()) })
+	if !sorted {
+		attrs = slices.SortedFunc(slices.Values(attrs), func(x, y *commonpb.KeyValue) int { return strings.Compare(x.GetKey(), y.GetKey()) })
+	}
+	for _, kv := range attrs {
+		b = strconv.AppendInt(append(b, 0xfe), int64(len(kv.GetKey())), 10)
+		b = append(append(b, ':'), kv.GetKey()...)
+		b = appendValue(b, kv.GetValue())
+	}
+	return b
+}
+
+func appendValue(b []byte, v *commonpb.AnyValue) []byte {
+	switch x := v.GetValue().(type) {
+	case *commonpb.AnyValue_StringValue:
+		b = strconv.AppendInt(append(b, 's'), int64(len(x.StringValue)), 10)
+		return append(append(b, ':'), x.StringValue...)
+	case *commonpb.AnyValue_IntValue:
+		return strconv.AppendInt(append(b, 'i'), x.IntValue, 10)
+	case *commonpb.AnyValue_DoubleValue:
+		return strconv.AppendFloat(append(b, 'd'), x.DoubleValue, 'g', -1, 64)
+	case *commonpb.AnyValue_BoolValue:
+		return strconv.AppendBool(append(b, 'b'), x.BoolValue)
+	case *commonpb.AnyValue_BytesValue:
+		b = strconv.AppendInt(append(b, 'y'), int64(len(x.BytesValue)), 10)
+		return append(append(b, ':'), x.BytesValue...)
+	case *commonpb.AnyValue_ArrayValue:
+		b = append(b, '[')
+		for _, e := range x.ArrayValue.GetValues() {
+			b = appendValue(append(b, ','), e)
+		}
+		return append(b, ']')
+	case *commonpb.AnyValue_KvlistValue:
+		return append(appendAttrs(append(b, '{'), x.KvlistValue.GetValues()), '}')
+	}
+	return append(b, 'n')
+}

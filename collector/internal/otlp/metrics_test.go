@@ -1,0 +1,356 @@
+package otlp
+
+import (
+	"bytes"
+	"compress/gzip"
+	"math"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	colmetrics "go.opentelemetry.io/proto/otlp/collector/metrics/v1"
+	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
+	metricspb "go.opentelemetry.io/proto/otlp/metrics/v1"
+	resourcepb "go.opentelemetry.io/proto/otlp/resource/v1"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/holdtime/holdtime/collector/internal/source"
+)
+
+// recordingSink sums what a receiver writes, per tag.
+type recordingSink struct {
+	mu        sync.Mutex
+	tags      map[string]*source.TagDelta
+	success   int
+	malformed int
+}
+
+func newRecordingSink() *recordingSink { return &recordingSink{tags: map[string]*source.TagDelta{}} }
+
+func (s *recordingSink) Add(batch map[string]*source.TagDelta) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for tag, d := range batch {
+		if s.tags[tag] == nil {
+			s.tags[tag] = &source.TagDelta{}
+		}
+		s.tags[tag].Add(&d.Figures)
+		s.tags[tag].Obs += d.Obs
+	}
+}
+func (s *recordingSink) Success()        { s.mu.Lock(); s.success++; s.mu.Unlock() }
+func (s *recordingSink) Malformed(n int) { s.mu.Lock(); s.malformed += n; s.mu.Unlock() }
+
+func (s *recordingSink) figures(tag string) source.Figures {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if d := s.tags[tag]; d != nil {
+		return d.Figures
+	}
+	return source.Figures{}
+}
+
+// t0 is when the test receivers start; points are seconds after it.
+var t0 = time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
+
+// noStart is a point's start for "no start time".
+const noStart = -1e9
+
+func at(sec float64) uint64 {
+	return uint64(t0.Add(time.Duration(sec * float64(time.Second))).UnixNano())
+}
+
+func kv(k string, v any) *commonpb.KeyValue {
+	switch x := v.(type) {
+	case string:
+		return &commonpb.KeyValue{Key: k, Value: &commonpb.AnyValue{Value: &commonpb.AnyValue_StringValue{StringValue: x}}}
+	case int:
+		return &commonpb.KeyValue{Key: k, Value: &commonpb.AnyValue{Value: &commonpb.AnyValue_IntValue{IntValue: int64(x)}}}
+	}
+	panic("kv: unsupported type")
+}
+
+// pt is one data point: a double unless asInt.
+type pt struct {
+	tag          string // "-": no conn_tag attribute
+	start, time  float64
+	value        float64
+	asInt, error bool
+}
+
+func (p pt) proto() *metricspb.NumberDataPoint {
+	var attrs []*commonpb.KeyValue
+	if p.tag != "-" {
+		attrs = append(attrs, kv(AttrConnTag, p.tag))
+	}
+	attrs = append(attrs, kv("db.client.connection.pool.name", "main"))
+	if p.error {
+		attrs = append(attrs, kv(AttrErrorType, "error"))
+	}
+	dp := &metricspb.NumberDataPoint{Attributes: attrs, TimeUnixNano: at(p.time)}
+	if p.start != noStart {
+		dp.StartTimeUnixNano = at(p.start)
+	}
+	if p.asInt {
+		dp.Value = &metricspb.NumberDataPoint_AsInt{AsInt: int64(p.value)}
+	} else {
+		dp.Value = &metricspb.NumberDataPoint_AsDouble{AsDouble: p.value}
+	}
+	return dp
+}
+
+func sum(name string, temporality metricspb.AggregationTemporality, points ...pt) *metricspb.Metric {
+	m := &metricspb.Metric{Name: name, Data: &metricspb.Metric_Sum{Sum: &metricspb.Sum{IsMonotonic: true, AggregationTemporality: temporality}}}
+	for _, p := range points {
+		m.GetSum().DataPoints = append(m.GetSum().DataPoints, p.proto())
+	}
+	return m
+}
+
+const (
+	cumulative = metricspb.AggregationTemporality_AGGREGATION_TEMPORALITY_CUMULATIVE
+	delta      = metricspb.AggregationTemporality_AGGREGATION_TEMPORALITY_DELTA
+)
+
+func hold(points ...pt) *metricspb.Metric { return sum(MetricHoldTime, cumulative, points...) }
+
+// export is one request from the app whose resource is instance.
+func export(instance string, metrics ...*metricspb.Metric) *colmetrics.ExportMetricsServiceRequest {
+	return &colmetrics.ExportMetricsServiceRequest{ResourceMetrics: []*metricspb.ResourceMetrics{{
+		Resource:     &resourcepb.Resource{Attributes: []*commonpb.KeyValue{kv("service.name", "shop"), kv("service.instance.id", instance)}},
+		ScopeMetrics: []*metricspb.ScopeMetrics{{Metrics: metrics}},
+	}}}
+}
+
+func newTestReceiver(sink *recordingSink) *MetricsReceiver {
+	now := t0.Add(time.Hour)
+	return &MetricsReceiver{Sink: sink, MaxTags: 100, MaxBody: 1 << 20, Started: t0, Now: func() time.Time { return now }}
+}
+
+func TestMetricsCumulativeDeltas(t *testing.T) {
+	type step struct {
+		req      *colmetrics.ExportMetricsServiceRequest
+		rejected int64
+	}
+	cases := []struct {
+		name  string
+		steps []step
+		want  map[string]float64 // hold per tag
+	}{
+		{"a series that began after the receiver is credited whole, then by difference", []step{
+			{req: export("a", hold(pt{tag: "checkout", start: 1, time: 11, value: 4}))},
+			{req: export("a", hold(pt{tag: "checkout", start: 1, time: 21, value: 9}))},
+		}, map[string]float64{"checkout": 9}},
+		{"a series that began before the receiver: its first point is only a baseline", []step{
+			{req: export("a", hold(pt{tag: "checkout", start: -100, time: 11, value: 400}))},
+			{req: export("a", hold(pt{tag: "checkout", start: -100, time: 21, value: 403}))},
+		}, map[string]float64{"checkout": 3}},
+		{"duplicates and exports out of order add nothing", []step{
+			{req: export("a", hold(pt{tag: "checkout", start: 1, time: 11, value: 4}))},
+			{req: export("a", hold(pt{tag: "checkout", start: 1, time: 21, value: 9}))},
+			{req: export("a", hold(pt{tag: "checkout", start: 1, time: 21, value: 9}))},
+			{req: export("a", hold(pt{tag: "checkout", start: 1, time: 11, value: 4}))},
+			{req: export("a", hold(pt{tag: "checkout", start: 1, time: 31, value: 10}))},
+		}, map[string]float64{"checkout": 10}},
+		{"a restart (new start time) is a new series, credited from zero", []step{
+			{req: export("a", hold(pt{tag: "checkout", start: 1, time: 11, value: 4}))},
+			{req: export("a", hold(pt{tag: "checkout", start: 15, time: 21, value: 2}))},
+			{req: export("a", hold(pt{tag: "checkout", start: 15, time: 31, value: 5}))},
+		}, map[string]float64{"checkout": 9}},
+		{"a counter that goes down without a new start time is rejected and rebased", []step{
+			{req: export("a", hold(pt{tag: "checkout", start: 1, time: 11, value: 4}))},
+			{req: export("a", hold(pt{tag: "checkout", start: 1, time: 21, value: 2})), rejected: 1},
+			{req: export("a", hold(pt{tag: "checkout", start: 1, time: 31, value: 3}))},
+		}, map[string]float64{"checkout": 5}},
+		{"without start times a drop is a restart (Prometheus' rule)", []step{
+			{req: export("a", hold(pt{tag: "checkout", start: noStart, time: 11, value: 4}))},
+			{req: export("a", hold(pt{tag: "checkout", start: noStart, time: 21, value: 6}))},
+			{req: export("a", hold(pt{tag: "checkout", start: noStart, time: 31, value: 1}))},
+		}, map[string]float64{"checkout": 3}},
+		{"two app instances with the same tag are summed", []step{
+			{req: export("a", hold(pt{tag: "checkout", start: 1, time: 11, value: 4}))},
+			{req: export("b", hold(pt{tag: "checkout", start: 1, time: 11, value: 6}))},
+			{req: export("a", hold(pt{tag: "checkout", start: 1, time: 21, value: 5}))},
+		}, map[string]float64{"checkout": 11}},
+		{"replicas with identical resources are told apart by start time", []step{
+			{req: export("a", hold(pt{tag: "checkout", start: 1, time: 11, value: 4}))},
+			{req: export("a", hold(pt{tag: "checkout", start: 2, time: 12, value: 6}))},
+			{req: export("a", hold(pt{tag: "checkout", start: 1, time: 21, value: 5}))},
+			{req: export("a", hold(pt{tag: "checkout", start: 2, time: 22, value: 8}))},
+		}, map[string]float64{"checkout": 13}},
+		{"delta temporality adds each point once", []step{
+			{req: export("a", sum(MetricHoldTime, delta, pt{tag: "checkout", start: 1, time: 11, value: 4}))},
+			{req: export("a", sum(MetricHoldTime, delta, pt{tag: "checkout", start: 11, time: 21, value: 2}))},
+			{req: export("a", sum(MetricHoldTime, delta, pt{tag: "checkout", start: 11, time: 21, value: 2}))},
+			{req: export("a", sum(MetricHoldTime, delta, pt{tag: "checkout", start: 21, time: 31, value: 1}))},
+		}, map[string]float64{"checkout": 7}},
+		{"tags outside the grammar and missing tags are rejected, never guessed", []step{
+			{req: export("a", hold(pt{tag: "check out", start: 1, time: 11, value: 4}, pt{tag: "-", start: 1, time: 11, value: 4},
+				pt{tag: "", start: 1, time: 11, value: 4}, pt{tag: strings.Repeat("x", 65), start: 1, time: 11, value: 4},
+				pt{tag: "ok", start: 1, time: 11, value: 1})), rejected: 4},
+		}, map[string]float64{"ok": 1, "check_out": 0, "": 0}},
+		{"absurd values are rejected; what follows is measured from before them", []step{
+			{req: export("a", hold(pt{tag: "checkout", start: 1, time: 11, value: 4}))},
+			{req: export("a", hold(pt{tag: "checkout", start: 1, time: 21, value: 1e300})), rejected: 1},
+			{req: export("a", hold(pt{tag: "checkout", start: 1, time: 25, value: math.NaN()})), rejected: 1},
+			{req: export("a", hold(pt{tag: "checkout", start: 1, time: 26, value: math.Inf(1)})), rejected: 1},
+			{req: export("a", hold(pt{tag: "checkout", start: 1, time: 27, value: -1})), rejected: 1},
+			{req: export("a", hold(pt{tag: "checkout", start: 1, time: 31, value: 6}))},
+		}, map[string]float64{"checkout": 6}},
+		{"a first point more than 10,000 connections can hold is rejected", []step{
+			{req: export("a", hold(pt{tag: "checkout", start: 1, time: 11, value: 10_001 * 11})), rejected: 1},
+			{req: export("a", hold(pt{tag: "other", start: 1, time: 11, value: 10_000 * 10}))},
+		}, map[string]float64{"checkout": 0, "other": 100_000}},
+		{"points from the future or before their start are rejected", []step{
+			{req: export("a", hold(pt{tag: "checkout", start: 1, time: 3600 + 600, value: 4})), rejected: 1},
+			{req: export("a", hold(pt{tag: "checkout", start: 20, time: 11, value: 4})), rejected: 1},
+		}, map[string]float64{"checkout": 0}},
+		{"a gauge or a non-monotonic sum under a conntag name is rejected", []step{
+			{req: export("a", &metricspb.Metric{Name: MetricHoldTime, Data: &metricspb.Metric_Gauge{Gauge: &metricspb.Gauge{
+				DataPoints: []*metricspb.NumberDataPoint{pt{tag: "checkout", start: 1, time: 11, value: 4}.proto()}}}}), rejected: 1},
+			{req: export("a", &metricspb.Metric{Name: MetricHoldTime, Data: &metricspb.Metric_Sum{Sum: &metricspb.Sum{AggregationTemporality: cumulative,
+				DataPoints: []*metricspb.NumberDataPoint{pt{tag: "checkout", start: 1, time: 11, value: 4}.proto()}}}}), rejected: 1},
+		}, map[string]float64{"checkout": 0}},
+		{"other metrics are ignored", []step{
+			{req: export("a", sum("http.server.requests", cumulative, pt{tag: "-", start: 1, time: 11, value: 4}))},
+		}, map[string]float64{}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			sink := newRecordingSink()
+			m := newTestReceiver(sink)
+			var rejected int64
+			for i, s := range c.steps {
+				rej := m.ingest(s.req)
+				if got := rej.total(); got != s.rejected {
+					t.Errorf("step %d: %d points rejected (%s), want %d", i, got, rej.message(), s.rejected)
+				}
+				rejected += rej.total()
+			}
+			if sink.malformed != int(rejected) {
+				t.Errorf("sink counted %d malformed, want %d", sink.malformed, rejected)
+			}
+			for tag, want := range c.want {
+				if got := sink.figures(tag).Hold; math.Abs(got-want) > 1e-9 {
+					t.Errorf("tag %q: hold %v, want %v", tag, got, want)
+				}
+			}
+			for tag := range sink.tags {
+				if _, ok := c.want[tag]; !ok {
+					t.Errorf("unexpected tag %q: %+v", tag, sink.tags[tag].Figures)
+				}
+			}
+		})
+	}
+}
+
+func TestMetricsEveryFigure(t *testing.T) {
+	sink := newRecordingSink()
+	m := newTestReceiver(sink)
+	req := export("a",
+		hold(pt{tag: "checkout", start: 1, time: 11, value: 4}),
+		sum(MetricActiveTime, cumulative, pt{tag: "checkout", start: 1, time: 11, value: 1}),
+		sum(MetricIdleTime, cumulative, pt{tag: "checkout", start: 1, time: 11, value: 3}),
+		sum(MetricHolds, cumulative, pt{tag: "checkout", start: 1, time: 11, value: 20, asInt: true}),
+		sum(MetricOperations, cumulative, pt{tag: "checkout", start: 1, time: 11, value: 50, asInt: true},
+			pt{tag: "checkout", start: 1, time: 11, value: 2, asInt: true, error: true}),
+	)
+	if rej := m.ingest(req); rej.total() != 0 {
+		t.Fatal(rej.message())
+	}
+	got := sink.tags["checkout"]
+	want := source.Figures{Hold: 4, Active: 1, Idle: 3, Stmts: 52, Errors: 2}
+	if got == nil || got.Figures != want || got.Obs != 20 {
+		t.Fatalf("got %+v, want %+v with 20 holds", got, want)
+	}
+}
+
+func TestMetricsSeriesBound(t *testing.T) {
+	sink := newRecordingSink()
+	m := newTestReceiver(sink)
+	m.MaxSeries = 2
+	rej := m.ingest(export("a", hold(pt{tag: "a", start: 1, time: 11, value: 1}, pt{tag: "b", start: 1, time: 11, value: 1},
+		pt{tag: "c", start: 1, time: 11, value: 1})))
+	if rej.n[pointTooMany] != 1 || m.Series() != 2 {
+		t.Fatalf("%s; %d series remembered, want 2", rej.message(), m.Series())
+	}
+	// Series unseen for ten minutes are forgotten, freeing room.
+	now := t0.Add(2 * time.Hour)
+	m.Now = func() time.Time { return now }
+	m.ingest(export("a"))
+	if m.Series() != 0 {
+		t.Fatalf("%d series remembered after they went quiet, want 0", m.Series())
+	}
+}
+
+func TestMetricsHTTP(t *testing.T) {
+	sink := newRecordingSink()
+	m := newTestReceiver(sink)
+	m.Now = nil
+	m.Started = time.Now().Add(-time.Minute)
+	srv := httptest.NewServer(m)
+	t.Cleanup(srv.Close)
+	start := uint64(time.Now().Add(-30 * time.Second).UnixNano())
+	mk := func(tag string, v float64) *colmetrics.ExportMetricsServiceRequest {
+		p := pt{tag: tag, value: v}.proto()
+		p.StartTimeUnixNano, p.TimeUnixNano = start, uint64(time.Now().UnixNano())
+		return &colmetrics.ExportMetricsServiceRequest{ResourceMetrics: []*metricspb.ResourceMetrics{{ScopeMetrics: []*metricspb.ScopeMetrics{{
+			Metrics: []*metricspb.Metric{{Name: MetricHoldTime, Data: &metricspb.Metric_Sum{Sum: &metricspb.Sum{
+				IsMonotonic: true, AggregationTemporality: cumulative, DataPoints: []*metricspb.NumberDataPoint{p}}}}}}}}}}
+	}
+	post := func(ct string, body []byte, gz bool) *http.Response {
+		t.Helper()
+		if gz {
+			var b bytes.Buffer
+			w := gzip.NewWriter(&b)
+			w.Write(body)
+			w.Close()
+			body = b.Bytes()
+		}
+		r, _ := http.NewRequest("POST", srv.URL, bytes.NewReader(body))
+		r.Header.Set("Content-Type", ct)
+		if gz {
+			r.Header.Set("Content-Encoding", "gzip")
+		}
+		resp, err := http.DefaultClient.Do(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { resp.Body.Close() })
+		return resp
+	}
+	pb, _ := proto.Marshal(mk("pb", 2))
+	js, _ := protojson.Marshal(mk("js", 3))
+	bad, _ := proto.Marshal(mk("bad tag", 3))
+	for _, r := range []*http.Response{post("application/x-protobuf", pb, false), post("application/json", js, true)} {
+		if r.StatusCode != 200 {
+			t.Fatalf("status %s", r.Status)
+		}
+	}
+	if sink.figures("pb").Hold != 2 || sink.figures("js").Hold != 3 {
+		t.Fatalf("pb %v, js %v: want 2 and 3", sink.figures("pb"), sink.figures("js"))
+	}
+	r := post("application/x-protobuf", bad, false)
+	var resp colmetrics.ExportMetricsServiceResponse
+	var b bytes.Buffer
+	b.ReadFrom(r.Body)
+	if err := proto.Unmarshal(b.Bytes(), &resp); err != nil {
+		t.Fatal(err)
+	}
+	if ps := resp.GetPartialSuccess(); ps.GetRejectedDataPoints() != 1 || !strings.Contains(ps.GetErrorMessage(), `first bad tag "bad tag"`) {
+		t.Fatalf("partial success %v", ps)
+	}
+	if r := post("text/plain", pb, false); r.StatusCode != http.StatusUnsupportedMediaType {
+		t.Fatalf("text/plain: %s", r.Status)
+	}
+	if r := post("application/x-protobuf", []byte("garbage\xff"), false); r.StatusCode != http.StatusBadRequest {
+		t.Fatalf("garbage: %s", r.Status)
+	}
+	if sink.success != 3 || sink.malformed != 2 {
+		t.Fatalf("%d successes, %d malformed: want 3 and 2", sink.success, sink.malformed)
+	}
+}

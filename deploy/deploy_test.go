@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -106,7 +107,7 @@ func TestComposeFile(t *testing.T) {
 		}
 	}
 	services := parseComposeConfig(t, out)
-	for _, name := range []string{"mysql", "proxysql", "collector", "workload", "prometheus", "grafana"} {
+	for _, name := range []string{"mysql", "proxysql", "proxysql-2", "collector", "collector-2", "workload", "prometheus", "grafana"} {
 		if services[name] == nil {
 			t.Errorf("no service %s", name)
 		}
@@ -135,9 +136,11 @@ func TestComposeFile(t *testing.T) {
 	// collector its sources, the workload ProxySQL and a collector ready
 	// for its spans.
 	for name, deps := range map[string][]string{
-		"proxysql":  {"mysql"},
-		"collector": {"mysql", "proxysql"},
-		"workload":  {"proxysql", "collector"},
+		"proxysql":    {"mysql"},
+		"proxysql-2":  {"mysql"},
+		"collector":   {"mysql", "proxysql", "proxysql-2"},
+		"collector-2": {"proxysql", "proxysql-2"},
+		"workload":    {"proxysql", "collector"},
 	} {
 		for _, dep := range deps {
 			if got := services[name].dependsOn[dep]; got != "service_healthy" {
@@ -150,6 +153,68 @@ func TestComposeFile(t *testing.T) {
 			if cond == "service_healthy" && services[dep] != nil && len(services[dep].healthTest) == 0 {
 				t.Errorf("%s waits for %s to be healthy, which has no health check", name, dep)
 			}
+		}
+	}
+}
+
+// TestComposeShards checks how the two collectors split the work so that
+// Prometheus can add them up per tag without counting anything twice:
+// both get the same ProxySQL fleet and distinct shards covering it; MySQL
+// (the server layer) and the app's OTLP target are in one collector only;
+// Prometheus scrapes every collector.
+func TestComposeShards(t *testing.T) {
+	collectors := []string{"collector", "collector-2"}
+	shard := regexp.MustCompile(`(?m)^\s+- --shard=(\d+)/(\d+)$`)
+	fleet := regexp.MustCompile(`(?m)^\s+- (--proxysql(?:-events-log|-client-address)?=\S+)$`)
+	var fleets []string
+	seen := map[string]bool{}
+	mysqls, otlpTargets := 0, map[string]bool{}
+	for _, name := range collectors {
+		svc := composeService(t, name)
+		m := shard.FindStringSubmatch(svc)
+		if m == nil {
+			t.Errorf("%s has no --shard=i/n", name)
+			continue
+		}
+		if m[2] != strconv.Itoa(len(collectors)) || seen[m[1]] {
+			t.Errorf("%s: --shard=%s/%s; want each of 0..%d once, out of %d", name, m[1], m[2], len(collectors)-1, len(collectors))
+		}
+		seen[m[1]] = true
+		var list []string
+		for _, f := range fleet.FindAllStringSubmatch(svc, -1) {
+			list = append(list, f[1])
+		}
+		fleets = append(fleets, strings.Join(list, " "))
+		if strings.Contains(svc, "- --mysql=") {
+			mysqls++
+		}
+		if strings.Contains(svc, "- --otlp\n") {
+			target := "app"
+			if t := regexp.MustCompile(`--otlp-target=(\S+)`).FindStringSubmatch(svc); t != nil {
+				target = t[1]
+			}
+			if otlpTargets[target] {
+				t.Errorf("two collectors name their OTLP target %s: their app series would be one", target)
+			}
+			otlpTargets[target] = true
+		}
+	}
+	if len(fleets) == len(collectors) && fleets[0] != fleets[1] {
+		t.Errorf("the collectors are given different fleets; each must get all of it and keep its shard:\n%s\n%s", fleets[0], fleets[1])
+	}
+	if !strings.Contains(fleets[0], "proxysql-2=") {
+		t.Errorf("the fleet has one ProxySQL: %s", fleets[0])
+	}
+	if mysqls != 1 {
+		t.Errorf("%d collectors poll MySQL; want exactly one, or every sum over collectors counts the server layer twice", mysqls)
+	}
+	prom, err := os.ReadFile("prometheus/prometheus.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range collectors {
+		if !strings.Contains(string(prom), `"`+name+`:9479"`) {
+			t.Errorf("Prometheus does not scrape %s", name)
 		}
 	}
 }

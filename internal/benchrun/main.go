@@ -66,6 +66,8 @@ var suites = []suite{
 	{name: "collector: 10,000-session snapshot", module: ".", pkg: "./collector", bench: "^BenchmarkProcesslistSnapshot$", benchtime: "100x", quick: "50x", count: 3},
 	{name: "collector: processlist sample with extended_info", module: ".", pkg: "./collector", bench: "^BenchmarkProcesslistExtended$", benchtime: "3x", quick: "1x"},
 	{name: "analyze: events log", module: ".", pkg: "./collector", bench: "^BenchmarkEventsLog$", benchtime: "10x", quick: "5x", count: 3},
+	{name: "collector, fleet: app figures from counters", module: ".", pkg: "./collector/internal/otlp", bench: "^BenchmarkAppFigures$", benchtime: "200x", quick: "40x", count: 3},
+	{name: "collector, fleet: span rate by targets", module: ".", pkg: "./collector/internal/otlp", bench: "^BenchmarkSpanRoute$", benchtime: "200x", quick: "40x", count: 3},
 }
 
 // results are one round's figures: benchmark name (without the -N

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -40,7 +41,7 @@ func get(r results, bench, unit string) (float64, bool) {
 	switch {
 	case len(v) == 0:
 		return 0, false
-	case strings.HasSuffix(unit, "/s"):
+	case strings.HasSuffix(unit, "/s"), strings.HasSuffix(unit, "/cpu-s"):
 		return slices.Max(v), true
 	case strings.HasSuffix(unit, "/op"), strings.HasPrefix(unit, "ms/"):
 		return slices.Min(v), true
@@ -252,6 +253,55 @@ func sections() []section {
 		}
 	}
 	out = append(out, ext)
+
+	perUnit := func(bench string, n float64) func(results) (float64, bool) {
+		return func(r results) (float64, bool) {
+			v, ok := get(r, bench, "ns/op")
+			return v / n, ok
+		}
+	}
+	counters := "BenchmarkAppFigures/counters/tags="
+	spansExport := "BenchmarkAppFigures/spans/holds=1000"
+	appFig := section{title: "collector: the app layer's figures from counters",
+		intro: "`collector/internal/otlp/BenchmarkAppFigures`: the collector's CPU for one app's export of conntag's counters " +
+			"over OTLP (`/v1/metrics`: protobuf decoded, cumulative points turned into per-tag deltas), 6 series per tag " +
+			"(hold, active and idle seconds, holds, statements of two operations), against one export of 1,000 hold spans " +
+			"(`/v1/traces`: decoded, checked, added per tag) in the same run. An app exports its counters once per interval " +
+			"(60 s by default) whatever its hold rate, and a span per hold: at 100 holds/s, a tag's spans cost the collector " +
+			"6,000 span-costs a minute, its counters one row of this table. Decoding is most of both (a CPU profile: 72 % " +
+			"of the counters' export in protobuf's unmarshal)."}
+	for _, n := range []int{10, 100, 1000} {
+		b := counters + strconv.Itoa(n)
+		appFig.figures = append(appFig.figures,
+			figure{name: fmt.Sprintf("%d tags: per tag per export", n), baseline: "(absolute)", unit: "µs", value: perUnit(b, float64(n)*1000)},
+			figure{name: fmt.Sprintf("%d tags: a tag's counters / one hold span", n), baseline: "1,000 hold spans, same round", unit: "×",
+				value: func(r results) (float64, bool) {
+					c, ok1 := get(r, b, "ns/op")
+					s, ok2 := get(r, spansExport, "ns/op")
+					return c / float64(n) / (s / 1000), ok1 && ok2 && s > 0
+				}})
+	}
+	appFig.figures = append(appFig.figures,
+		figure{name: "1,000 tags / 10 tags, per export", baseline: "10 tags, same round", unit: "×", value: ratio(counters+"1000", "ns/op", counters+"10", "ns/op"),
+			note: "cost grows with tags"},
+		figure{name: "hold span, per hold", baseline: "(absolute)", unit: "µs", value: perUnit(spansExport, 1000*1000)})
+	out = append(out, appFig)
+
+	route := "BenchmarkSpanRoute/targets="
+	out = append(out, section{title: "collector: hold spans per CPU-second with 10 and 100 ProxySQL targets",
+		intro: "`collector/internal/otlp/BenchmarkSpanRoute`: exports of 1,000 hold spans through a collector's `/v1/traces` " +
+			"handler (no network): decoded, checked, added per tag, and each span's session id routed to the one ProxySQL " +
+			"target its server.address names, round robin over 10 or 100 targets; CPU-seconds of the whole process (GC " +
+			"included). targets=0 is the baseline: the OTLP receiver alone, spans routed nowhere. When every span was offered " +
+			"to every target, ten targets cut the rate to about a third (issue 26); routed, the rate should not fall with targets.",
+		figures: []figure{
+			{name: "no ProxySQL target", baseline: "(absolute)", unit: "spans/cpu-s", value: metric(route+"0", "spans/cpu-s")},
+			{name: "10 targets", baseline: "(absolute)", unit: "spans/cpu-s", value: metric(route+"10", "spans/cpu-s")},
+			{name: "100 targets", baseline: "(absolute)", unit: "spans/cpu-s", value: metric(route+"100", "spans/cpu-s")},
+			{name: "10 targets / none", baseline: "no target, same round", unit: "×", value: ratio(route+"10", "spans/cpu-s", route+"0", "spans/cpu-s")},
+			{name: "100 targets / none", baseline: "no target, same round", unit: "×", value: ratio(route+"100", "spans/cpu-s", route+"0", "spans/cpu-s"),
+				target: "≥ 0.8", ok: atLeast(0.8)},
+		}})
 
 	out = append(out, section{title: "analyze: events log throughput (one core)",
 		intro: "`collector/BenchmarkEventsLog`: ProxySQL's JSON events log of a workload; scan (split lines) and encoding_json " +

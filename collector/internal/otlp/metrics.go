@@ -244,7 +244,7 @@ func (m *MetricsReceiver) ingest(req *colmetrics.ExportMetricsServiceRequest) po
 					if cumulative {
 						key = strconv.AppendUint(append(key, 0xff), p.GetStartTimeUnixNano(), 10)
 					}
-					if why := m.point(string(key), kind, cumulative, p, batch, now, &rej); why != pointOK {
+					if why := m.point(key, kind, cumulative, p, batch, now, &rej); why != pointOK {
 						rej.n[why]++
 					}
 				}
@@ -258,7 +258,7 @@ func (m *MetricsReceiver) ingest(req *colmetrics.ExportMetricsServiceRequest) po
 }
 
 // point takes one data point of a conntag counter.
-func (m *MetricsReceiver) point(key string, kind counterKind, cumulative bool, p *metricspb.NumberDataPoint,
+func (m *MetricsReceiver) point(key []byte, kind counterKind, cumulative bool, p *metricspb.NumberDataPoint,
 	batch map[string]*source.TagDelta, now time.Time, rej *pointRejects) pointReject {
 	if p.GetFlags()&uint32(metricspb.DataPointFlags_DATA_POINT_FLAGS_NO_RECORDED_VALUE_MASK) != 0 {
 		return pointOK // a gap the exporter marked: nothing to add
@@ -298,7 +298,7 @@ func (m *MetricsReceiver) point(key string, kind counterKind, cumulative bool, p
 	if t == 0 || t < start || t > math.MaxInt64 || time.Unix(0, int64(t)).After(now.Add(maxFuture)) {
 		return pointBadTimes
 	}
-	s := m.series[key]
+	s := m.series[string(key)] // no allocation: only a new series stores its key
 	var delta float64
 	var from uint64 // where the delta's interval begins
 	switch {
@@ -306,7 +306,7 @@ func (m *MetricsReceiver) point(key string, kind counterKind, cumulative bool, p
 		return pointTooMany
 	case s == nil:
 		s = &series{last: t, value: v, seen: now}
-		m.series[key] = s
+		m.series[string(key)] = s
 		if cumulative && (start == 0 || m.Started.IsZero() || time.Unix(0, int64(start)).Before(m.Started)) {
 			return pointOK // a baseline: what it counted before is not placed in time
 		}

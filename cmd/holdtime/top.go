@@ -31,6 +31,8 @@ type topCmd struct {
 	width func() int // the width lines are cut at; nil: the terminal's
 
 	collectorURL string
+	replayDir    string
+	at           string
 	proxysqlDSNs []string
 	mysqlDSNs    []string
 	interval     time.Duration
@@ -47,6 +49,9 @@ type topCmd struct {
 	caCert       string
 
 	filterRe *regexp.Regexp
+	replay   *replayPlayer // with --replay: the playback clock
+	// replayPaused starts the console paused (--at: the instant asked for).
+	replayPaused bool
 }
 
 func newTopCmd() *cobra.Command {
@@ -88,7 +93,14 @@ answer). Until a layer covers 2s its occupancy shows "warming". If the collector
 cannot be reached, top says DOWN and retries every interval. q quits (also Ctrl-C).
 
 It reads a running collector (--collector http://127.0.0.1:9479), or polls ProxySQL's
-admin interface and/or MySQL directly with no daemon (--proxysql, --mysql).
+admin interface and/or MySQL directly with no daemon (--proxysql, --mysql), or plays
+back a recording made by holdtime collect --record DIR (--replay DIR): the proxy
+layer as the collector ranked it at each recorded instant, from the processlist
+samples, and from the events log when a copy of it is in the target's directory
+(DIR/TARGET/events*). In the console, space pauses, left and right step a second,
+[ and ] a minute, + and - change the speed (1x, 4x, 16x, 64x), g jumps to a time.
+With --once or --json, or into a pipe, it prints the instant --at (default: the
+end; without --once, every --interval of the recording, as fast as it reads).
 With a PROXY column comes WAIT: the statements of the tag waiting for a ProxySQL
 backend, on average over the span (wait-seconds per second): what the tag suffers,
 beside what it holds. The app pool's wait is per pool, not per tag (see conntag's docs).
@@ -105,6 +117,7 @@ a ';' goes on the command line instead.`,
 		Example: `  holdtime top --collector http://127.0.0.1:9479
   holdtime top --mysql 'monitor:secret@tcp(db:3306)/' --window 10s
   holdtime top --collector http://127.0.0.1:9479 --layer server
+  holdtime top --replay ./rec --at 14:03:20
   holdtime top --proxysql 'admin:admin@tcp(127.0.0.1:6032)/' --once --json`,
 		Args: noArgs("give a running collector with --collector URL, or DSNs to poll with --mysql or --proxysql (quote a DSN: its parentheses are special to the shell)"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -120,6 +133,8 @@ a ';' goes on the command line instead.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&t.collectorURL, "collector", "", "URL of a running collector")
+	f.StringVar(&t.replayDir, "replay", "", "play back a `holdtime collect --record` directory instead of watching live")
+	f.StringVar(&t.at, "at", "", "with --replay: the instant to show first (15:04:05 on the recording's day, RFC 3339, or +DURATION from its start); --once and --json print that instant (default: the end)")
 	f.StringArrayVar(&t.proxysqlDSNs, "proxysql", nil, "ProxySQL admin DSN to poll directly, [NAME=]user:pass@tcp(host:6032)/ (repeatable)")
 	f.StringArrayVar(&t.mysqlDSNs, "mysql", nil, "MySQL/MariaDB DSN to poll directly, [NAME=]user:pass@tcp(host:3306)/ (repeatable)")
 	f.DurationVar(&t.interval, "interval", time.Second, "refresh interval")
@@ -152,6 +167,15 @@ func (t *topCmd) validate() error {
 			return fmt.Errorf("--collector %s is not an http(s) URL such as http://127.0.0.1:9479", u.Redacted())
 		}
 	}
+	if t.replayDir != "" {
+		sources++
+		if t.token != "" || t.caCert != "" {
+			return errors.New("--token and --ca-cert are for --collector: a replay reads files")
+		}
+	}
+	if t.at != "" && t.replayDir == "" {
+		return errors.New("--at is a time in a recording: give it with --replay DIR")
+	}
 	if len(t.proxysqlDSNs)+len(t.mysqlDSNs) > 0 {
 		sources++
 		if t.token != "" || t.caCert != "" {
@@ -160,9 +184,9 @@ func (t *topCmd) validate() error {
 	}
 	switch {
 	case sources == 0:
-		return errors.New("nothing to watch: give --collector URL, or --proxysql/--mysql DSNs to poll directly")
+		return errors.New("nothing to watch: give --collector URL, --proxysql/--mysql DSNs to poll directly, or --replay DIR to play a recording back")
 	case sources > 1:
-		return errors.New("give either --collector or --proxysql/--mysql, not both")
+		return errors.New("give one of --collector, --proxysql/--mysql or --replay")
 	}
 	if _, ok := map[string]bool{"10s": true, "1m": true, "5m": true}[t.window]; !ok {
 		return fmt.Errorf("--window %q: use 10s, 1m or 5m", t.window)
@@ -222,6 +246,9 @@ func (t *topCmd) query() collector.TopQuery {
 func (t *topCmd) run(ctx context.Context) error {
 	var src topSource
 	var down string // what a failed answer is, in the header
+	if t.replayDir != "" {
+		return t.runReplay(ctx)
+	}
 	if t.collectorURL != "" {
 		hc, err := collectorHTTPClient(t.token, t.caCert)
 		if err != nil {
@@ -362,8 +389,12 @@ func (t *topCmd) arrange(rows []collector.TopRow) []collector.TopRow {
 func (t *topCmd) render(b *strings.Builder, resp collector.TopResponse, width int, color, keys bool) {
 	view := newTopView(resp)
 	rows := t.arrange(resp.Rows)
+	clock := time.Now().Format("15:04:05")
+	if t.replay != nil {
+		clock = "replay " + t.replay.rec.describeAt(resp.At)
+	}
 	title := fmt.Sprintf("holdtime top  window %s, covered %s  ranked by %s layer, %s  %d tags  %s", t.window,
-		view.covered(), cmp.Or(resp.Layer, t.layer), t.sortKey, len(rows), time.Now().Format("15:04:05"))
+		view.covered(), cmp.Or(resp.Layer, t.layer), t.sortKey, len(rows), clock)
 	if keys {
 		title += "  (q quits)"
 	}

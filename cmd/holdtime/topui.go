@@ -40,6 +40,15 @@ var topKeys = []struct{ keys, what string }{
 	{"q, Ctrl-C", "quit"},
 }
 
+// topReplayKeys are the keys of a replay (--replay), besides topKeys.
+var topReplayKeys = []struct{ keys, what string }{
+	{"space", "pause / play the recording"},
+	{"← →", "step one second back / forward (pauses)"},
+	{"[ ]", "step one minute back / forward (pauses)"},
+	{"- +", "play slower / faster: 1x, 4x, 16x, 64x"},
+	{"g", "go to a time: 15:04:05 on the recording's day, +90s from its start, or RFC 3339 (Enter jumps, Esc cancels)"},
+}
+
 var topSortByKey = map[string]string{
 	"O": "occupancy", "H": "hold", "I": "idle_share", "A": "active", "S": "statements",
 	"E": "errors", "N": "sessions", "T": "tag",
@@ -82,13 +91,25 @@ type topModel struct {
 	filterBuf string
 	filterErr string
 	drill     string // the tag drilled into; "" at the table
+
+	// With --replay: the playback clock, the jump prompt, the end.
+	replay  *replayPlayer
+	jumping bool
+	jumpBuf string
+	jumpErr string
+	ended   bool
 }
 
 func newTopModel(ctx context.Context, t *topCmd, src topSource, down string, color bool) *topModel {
 	return &topModel{t: t, ctx: ctx, src: src, down: down, color: color, now: time.Now, width: 80, height: 24}
 }
 
-func (m *topModel) Init() tea.Cmd { return m.fetch() }
+func (m *topModel) Init() tea.Cmd {
+	if m.replay != nil {
+		return tea.Batch(m.fetch(), m.scheduleTick())
+	}
+	return m.fetch()
+}
 
 // fetch asks the source for the ranking in the background.
 func (m *topModel) fetch() tea.Cmd {
@@ -118,14 +139,32 @@ func (m *topModel) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 		if m.ctx.Err() != nil {
 			return m, tea.Quit
 		}
+		if m.replay != nil && msg.err == nil && !msg.resp.At.Equal(m.replay.now().UTC()) {
+			// Of a cursor the keys have moved since: the next answer is.
+			if m.paused {
+				return m, m.fetch()
+			}
+			return m, nil
+		}
 		if msg.err != nil {
 			m.err = msg.err
-		} else if !m.paused {
+		} else if !m.paused || m.replay != nil {
+			// A replay's answer is the recording at the cursor, which
+			// only the keys move while paused.
 			m.err, m.resp, m.have, m.lastAnswer = nil, msg.resp, true, msg.at
 			m.followSelection()
 		}
+		if m.replay != nil {
+			return m, nil // the replay's ticks run on their own
+		}
 		return m, m.scheduleTick()
 	case tickMsg:
+		if m.replay != nil && !m.paused {
+			if m.replay.advance(m.t.interval) {
+				m.paused, m.ended = true, true
+			}
+			return m, tea.Batch(m.fetch(), m.scheduleTick())
+		}
 		if m.paused {
 			return m, m.scheduleTick()
 		}
@@ -137,6 +176,19 @@ func (m *topModel) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 }
 
 func (m *topModel) key(k tea.KeyMsg) (tea.Model, tea.Cmd) {
+	if k.Type == tea.KeyRunes && len(k.Runes) > 1 && !m.filtering && !m.jumping && !k.Paste {
+		// Keys typed faster than the terminal is read come as one message
+		// ("++"): outside a prompt each is a key of its own.
+		var cmds []tea.Cmd
+		for _, r := range k.Runes {
+			_, cmd := m.key(tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune{r}, Alt: k.Alt})
+			cmds = append(cmds, cmd)
+			if m.filtering || m.jumping {
+				break // a prompt opened: the rest would be its text, typed again
+			}
+		}
+		return m, tea.Batch(cmds...)
+	}
 	s := k.String()
 	if s == "ctrl+c" {
 		return m, tea.Quit
@@ -161,6 +213,27 @@ func (m *topModel) key(k tea.KeyMsg) (tea.Model, tea.Cmd) {
 		}
 		return m, nil
 	}
+	if m.jumping {
+		switch k.Type {
+		case tea.KeyEnter:
+			at, err := m.replay.rec.parseTime(m.jumpBuf)
+			if err != nil {
+				m.jumpErr = err.Error()
+				return m, nil
+			}
+			m.jumping, m.jumpErr = false, ""
+			return m, m.seek(func() bool { return m.replay.seek(at) })
+		case tea.KeyEsc:
+			m.jumping, m.jumpBuf, m.jumpErr = false, "", ""
+		case tea.KeyBackspace:
+			if r := []rune(m.jumpBuf); len(r) > 0 {
+				m.jumpBuf = string(r[:len(r)-1])
+			}
+		case tea.KeyRunes:
+			m.jumpBuf += string(k.Runes)
+		}
+		return m, nil
+	}
 	if m.help {
 		// Any key closes the help; q still quits.
 		m.help = false
@@ -168,6 +241,27 @@ func (m *topModel) key(k tea.KeyMsg) (tea.Model, tea.Cmd) {
 			return m, tea.Quit
 		}
 		return m, nil
+	}
+	if m.replay != nil {
+		switch s {
+		case " ":
+			m.paused = !m.paused
+			if !m.paused && m.ended {
+				m.replay.seek(m.replay.rec.start) // play again from the start
+			}
+			m.ended = false
+			return m, m.fetch()
+		case "left", "right", "[", "]":
+			step := map[string]time.Duration{"left": -time.Second, "right": time.Second, "[": -time.Minute, "]": time.Minute}[s]
+			m.paused = true
+			return m, m.seek(func() bool { return m.replay.step(step) })
+		case "+", "=", "-":
+			m.replay.faster(s != "-")
+			return m, nil
+		case "g":
+			m.jumping, m.jumpBuf, m.jumpErr = true, "", ""
+			return m, nil
+		}
 	}
 	switch s {
 	case "q":
@@ -225,6 +319,13 @@ func (m *topModel) key(k tea.KeyMsg) (tea.Model, tea.Cmd) {
 		}
 	}
 	return m, nil
+}
+
+// seek moves the replay's cursor and shows the recording there.
+func (m *topModel) seek(move func() bool) tea.Cmd {
+	m.ended = move() && m.paused
+	m.inFlight = false // the answer on its way is of the old cursor: ask anew
+	return m.fetch()
 }
 
 // refetch asks again at once: the layer changes what the collector ranks.
@@ -329,6 +430,21 @@ func (m *topModel) title() string {
 	if m.t.filter != "" {
 		filter = "  filter /" + m.t.filter + "/"
 	}
+	if m.replay != nil {
+		play := fmt.Sprintf("PLAYING %dx", m.replay.speedNow())
+		switch {
+		case m.ended:
+			play = "END"
+		case m.paused:
+			play = "PAUSED"
+		}
+		at := m.replay.now()
+		if m.have {
+			at = m.resp.At
+		}
+		return fmt.Sprintf("holdtime top  replay %s %s  window %s, covered %s  ranked by %s layer, sort %s%s  (? help, q quits)",
+			m.replay.rec.describeAt(at), play, m.t.window, covered, cmp.Or(m.resp.Layer, m.t.layer), m.t.sortKey, filter)
+	}
 	return fmt.Sprintf("holdtime top  window %s, covered %s  ranked by %s layer, sort %s%s  %s%s  (? help, q quits)",
 		m.t.window, covered, cmp.Or(m.resp.Layer, m.t.layer), m.t.sortKey, filter, m.now().Format("15:04:05"), state)
 }
@@ -378,7 +494,14 @@ func (m *topModel) viewTable(b *strings.Builder) {
 		status += fmt.Sprintf("  %s DOWN since the answer of %s: %v; retrying every %v", m.down, m.lastAnswer.Format("15:04:05"), m.err, m.t.interval)
 	}
 	printLine(b, w, m.color, plain(status))
-	if m.filtering {
+	if m.jumping {
+		prompt := "go to: " + m.jumpBuf + "▏ (15:04:05, +90s or RFC 3339; Enter jumps, Esc cancels)"
+		if m.jumpErr != "" {
+			printLine(b, w, m.color, plain(prompt), cell{"  " + m.jumpErr, "31"})
+		} else {
+			printLine(b, w, m.color, plain(prompt))
+		}
+	} else if m.filtering {
 		printLine(b, w, m.color, plain("filter: /"+m.filterBuf+"▏ (Enter applies, Esc clears)"))
 	} else if m.filterErr != "" {
 		printLine(b, w, m.color, cell{m.filterErr, "31"})
@@ -398,6 +521,11 @@ func (m *topModel) viewHelp(b *strings.Builder) {
 	tb := &table{left: map[int]bool{0: true, 1: true}}
 	for _, k := range topKeys {
 		tb.add(plain(k.keys), plain(k.what))
+	}
+	if m.replay != nil {
+		for _, k := range topReplayKeys {
+			tb.add(plain(k.keys), plain("replay: "+k.what))
+		}
 	}
 	tb.write(b, w, m.color)
 	printLine(b, w, m.color, plain(""))
@@ -483,6 +611,7 @@ func (t *topCmd) runInteractive(ctx context.Context, src topSource, down string,
 		in = newTTYInput(f)
 	}
 	m := newTopModel(ctx, t, src, down, color)
+	m.replay, m.paused = t.replay, t.replayPaused
 	// The first screen fits the terminal before its first resize message.
 	if w, h := termSize(t.out); w > 0 && h > 0 {
 		m.width, m.height = w, h

@@ -35,6 +35,8 @@ type collectCmd struct {
 	eventsLogs     []string // NAME=PATH
 	clientAddrs    []string // NAME=HOST:PORT
 	mysql          []string // NAME=DSN
+	shard          string   // INDEX/COUNT
+	others         []string // --proxysql targets of other shards
 	otlp           bool
 	otlpListen     string
 	otlpTarget     string
@@ -99,6 +101,7 @@ only, off loopback).`,
 	f.StringArrayVar(&c.eventsLogs, "proxysql-events-log", nil, "JSON events log of a ProxySQL target as NAME=PATH (repeatable)")
 	f.StringArrayVar(&c.clientAddrs, "proxysql-client-address", nil, "address apps dial for a ProxySQL target as NAME=HOST:PORT (repeatable): app spans naming it (server.address, server.port) give that instance's session tags")
 	f.StringArrayVar(&c.mysql, "mysql", nil, "MySQL/MariaDB server as NAME=DSN (repeatable)")
+	f.StringVar(&c.shard, "shard", "", "poll only this collector's part of the --proxysql fleet, as INDEX/COUNT (0/2 and 1/2 for two collectors given the same flags); a stable hash of each target's name picks its collector")
 	f.BoolVar(&c.otlp, "otlp", false, "receive conntag's spans over OTLP/HTTP at /v1/traces")
 	f.StringVar(&c.otlpListen, "otlp-listen", "", "also serve /v1/traces on this address (the OTLP/HTTP port is 4318); implies --otlp")
 	f.StringVar(&c.otlpTarget, "otlp-target", "app", "target label of app-side figures")
@@ -300,10 +303,21 @@ func (c *collectCmd) config(reg *prometheus.Registry, logger *slog.Logger) (coll
 		}
 		addrs[name] = addr
 	}
+	sh, err := parseShard(c.shard)
+	if err != nil {
+		return cfg, err
+	}
+	var others []string
 	for _, v := range c.proxysql {
 		name, dsn, err := splitNamed("proxysql", v)
 		if err != nil {
 			return cfg, err
+		}
+		if !sh.owns(name) {
+			others = append(others, name)
+			delete(logs, name)
+			delete(addrs, name)
+			continue
 		}
 		cfg.ProxySQL = append(cfg.ProxySQL, collector.ProxySQLConfig{Name: name, DSN: dsn, EventsLog: logs[name], ClientAddress: addrs[name],
 			ProcesslistInterval: c.plInterval, DigestInterval: c.digestInterval, PoolInterval: c.poolInterval})
@@ -323,6 +337,12 @@ func (c *collectCmd) config(reg *prometheus.Registry, logger *slog.Logger) (coll
 		}
 		cfg.MySQL = append(cfg.MySQL, collector.MySQLConfig{Name: name, DSN: dsn, Interval: c.mysqlInterval})
 	}
+	if len(others) > 0 && len(cfg.ProxySQL) == 0 && len(cfg.MySQL) == 0 && !cfg.OTLP.Enabled {
+		return cfg, fmt.Errorf("--shard %d/%d: every --proxysql target given (%s) belongs to another shard and there is no --mysql "+
+			"or --otlp: this collector would poll nothing; run fewer collectors than targets, or give it more targets",
+			sh.index, sh.count, strings.Join(others, ", "))
+	}
+	c.others = others
 	return cfg, nil
 }
 
@@ -382,6 +402,13 @@ func (c *collectCmd) run(ctx context.Context) error {
 		auth = "; a bearer token is required but on /healthz and /readyz"
 	}
 	fmt.Fprintf(c.out, "holdtime collect: serving on %s://%s (/metrics, /api/v1/top, /healthz, /readyz%s)\n", scheme, ln.Addr(), auth)
+	if c.shard != "" {
+		mine := make([]string, len(cfg.ProxySQL))
+		for i, p := range cfg.ProxySQL {
+			mine[i] = p.Name
+		}
+		fmt.Fprintf(c.out, "holdtime collect: shard %s polls ProxySQL %s; other shards poll %s\n", c.shard, listOrNone(mine), listOrNone(c.others))
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	serveErr := make(chan error, len(servers))
@@ -410,4 +437,11 @@ func (c *collectCmd) run(ctx context.Context) error {
 	}
 	fmt.Fprintln(c.out, "holdtime collect: stopped")
 	return nil
+}
+
+func listOrNone(names []string) string {
+	if len(names) == 0 {
+		return "none"
+	}
+	return strings.Join(names, ", ")
 }

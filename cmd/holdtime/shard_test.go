@@ -1,0 +1,101 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// TestShardsSplitAFleetOnceAndStably: every target has exactly one owner,
+// shards get a fair part, and adding a collector moves only the targets
+// the new collector takes.
+func TestShardsSplitAFleetOnceAndStably(t *testing.T) {
+	names := make([]string, 500)
+	for i := range names {
+		names[i] = fmt.Sprintf("px%d", i)
+	}
+	for n := 1; n <= 6; n++ {
+		per := make([]int, n)
+		for _, name := range names {
+			owners := 0
+			for i := 0; i < n; i++ {
+				if (shard{i, n}).owns(name) {
+					owners++
+					per[i]++
+				}
+			}
+			if owners != 1 {
+				t.Fatalf("%s has %d owners among %d shards", name, owners, n)
+			}
+			if n > 1 {
+				if was, now := shardOwner(name, n-1), shardOwner(name, n); was != now && now != n-1 {
+					t.Errorf("%s moved from shard %d to %d going from %d to %d collectors; only moves to the new one are allowed", name, was, now, n-1, n)
+				}
+			}
+		}
+		for i, got := range per {
+			if fair := len(names) / n; got < fair/2 {
+				t.Errorf("%d shards: shard %d owns %d of %d targets (fair: %d)", n, i, got, len(names), fair)
+			}
+		}
+	}
+}
+
+// TestCollectShardConfig: collectors given the same flags and different
+// --shard values poll disjoint parts of the fleet that cover all of it;
+// flags naming another shard's target are accepted; bad values are
+// refused clearly.
+func TestCollectShardConfig(t *testing.T) {
+	fleet := []string{"px-a", "px-b", "px-c", "px-d", "px-e"}
+	base := func(sh string) *collectCmd {
+		c := &collectCmd{shard: sh, listen: "127.0.0.1:0", plInterval: 250 * time.Millisecond, poolInterval: 5 * time.Second,
+			digestInterval: 10 * time.Second, mysqlInterval: time.Second, maxTags: 10, timeout: 5 * time.Second}
+		for _, name := range fleet {
+			c.proxysql = append(c.proxysql, name+"=u:secretpw@tcp(127.0.0.1:1)/")
+			c.eventsLogs = append(c.eventsLogs, name+"=/tmp/"+name+".log")
+		}
+		return c
+	}
+	seen := map[string]int{}
+	for i := 0; i < 3; i++ {
+		c := base(fmt.Sprintf("%d/3", i))
+		c.otlp = true // a shard may own no ProxySQL
+		cfg, err := c.config(prometheus.NewRegistry(), nil)
+		if err != nil {
+			t.Fatalf("shard %d/3: %v", i, err)
+		}
+		for _, p := range cfg.ProxySQL {
+			seen[p.Name]++
+			if p.EventsLog != "/tmp/"+p.Name+".log" {
+				t.Errorf("shard %d/3: %s lost its events log: %q", i, p.Name, p.EventsLog)
+			}
+		}
+		if len(cfg.ProxySQL)+len(c.others) != len(fleet) {
+			t.Errorf("shard %d/3: %d own + %d others, want %d", i, len(cfg.ProxySQL), len(c.others), len(fleet))
+		}
+	}
+	for _, name := range fleet {
+		if seen[name] != 1 {
+			t.Errorf("%s polled by %d shards, want 1", name, seen[name])
+		}
+	}
+	for _, bad := range []string{"2/2", "-1/2", "1", "a/b", "0/0", "1/2/3"} {
+		_, err := base(bad).config(prometheus.NewRegistry(), nil)
+		if err == nil || !strings.Contains(err.Error(), "INDEX/COUNT") {
+			t.Errorf("--shard %s: %v; want an INDEX/COUNT error", bad, err)
+		}
+	}
+	// A shard that would poll nothing says so, without a DSN.
+	c := base("0/2")
+	c.proxysql, c.eventsLogs = c.proxysql[:1], nil
+	if shardOwner("px-a", 2) == 0 {
+		c.shard = "1/2"
+	}
+	_, err := c.config(prometheus.NewRegistry(), nil)
+	if err == nil || !strings.Contains(err.Error(), "would poll nothing") || strings.Contains(err.Error(), "secretpw") {
+		t.Errorf("a shard owning nothing: %v", err)
+	}
+}

@@ -20,6 +20,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/holdtime/holdtime/collector"
+	"github.com/holdtime/holdtime/internal/shard"
 )
 
 // defaultCollectListen is loopback: /metrics and /api/v1/top show tag names
@@ -303,7 +304,7 @@ func (c *collectCmd) config(reg *prometheus.Registry, logger *slog.Logger) (coll
 		}
 		addrs[name] = addr
 	}
-	sh, err := parseShard(c.shard)
+	sh, err := shard.Parse(c.shard)
 	if err != nil {
 		return cfg, err
 	}
@@ -313,7 +314,7 @@ func (c *collectCmd) config(reg *prometheus.Registry, logger *slog.Logger) (coll
 		if err != nil {
 			return cfg, err
 		}
-		if !sh.owns(name) {
+		if !sh.Owns(name) {
 			others = append(others, name)
 			delete(logs, name)
 			delete(addrs, name)
@@ -340,7 +341,7 @@ func (c *collectCmd) config(reg *prometheus.Registry, logger *slog.Logger) (coll
 	if len(others) > 0 && len(cfg.ProxySQL) == 0 && len(cfg.MySQL) == 0 && !cfg.OTLP.Enabled {
 		return cfg, fmt.Errorf("--shard %d/%d: every --proxysql target given (%s) belongs to another shard and there is no --mysql "+
 			"or --otlp: this collector would poll nothing; run fewer collectors than targets, or give it more targets",
-			sh.index, sh.count, strings.Join(others, ", "))
+			sh.Index, sh.Count, strings.Join(others, ", "))
 	}
 	c.others = others
 	return cfg, nil

@@ -7,42 +7,9 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-)
 
-// TestShardsSplitAFleetOnceAndStably: every target has exactly one owner,
-// shards get a fair part, and adding a collector moves only the targets
-// the new collector takes.
-func TestShardsSplitAFleetOnceAndStably(t *testing.T) {
-	names := make([]string, 500)
-	for i := range names {
-		names[i] = fmt.Sprintf("px%d", i)
-	}
-	for n := 1; n <= 6; n++ {
-		per := make([]int, n)
-		for _, name := range names {
-			owners := 0
-			for i := 0; i < n; i++ {
-				if (shard{i, n}).owns(name) {
-					owners++
-					per[i]++
-				}
-			}
-			if owners != 1 {
-				t.Fatalf("%s has %d owners among %d shards", name, owners, n)
-			}
-			if n > 1 {
-				if was, now := shardOwner(name, n-1), shardOwner(name, n); was != now && now != n-1 {
-					t.Errorf("%s moved from shard %d to %d going from %d to %d collectors; only moves to the new one are allowed", name, was, now, n-1, n)
-				}
-			}
-		}
-		for i, got := range per {
-			if fair := len(names) / n; got < fair/2 {
-				t.Errorf("%d shards: shard %d owns %d of %d targets (fair: %d)", n, i, got, len(names), fair)
-			}
-		}
-	}
-}
+	"github.com/holdtime/holdtime/internal/shard"
+)
 
 // TestCollectShardConfig: collectors given the same flags and different
 // --shard values poll disjoint parts of the fleet that cover all of it;
@@ -91,7 +58,7 @@ func TestCollectShardConfig(t *testing.T) {
 	// A shard that would poll nothing says so, without a DSN.
 	c := base("0/2")
 	c.proxysql, c.eventsLogs = c.proxysql[:1], nil
-	if shardOwner("px-a", 2) == 0 {
+	if shard.Owner("px-a", 2) == 0 {
 		c.shard = "1/2"
 	}
 	_, err := c.config(prometheus.NewRegistry(), nil)

@@ -67,6 +67,7 @@ var suites = []suite{
 	{name: "collector: processlist sample with extended_info", module: ".", pkg: "./collector", bench: "^BenchmarkProcesslistExtended$", benchtime: "3x", quick: "1x"},
 	{name: "analyze: events log", module: ".", pkg: "./collector", bench: "^BenchmarkEventsLog$", benchtime: "10x", quick: "5x", count: 3},
 	{name: "collector, fleet: app figures from counters", module: ".", pkg: "./collector/internal/otlp", bench: "^BenchmarkAppFigures$", benchtime: "200x", quick: "40x", count: 3},
+	{name: "collector, fleet: 100 light targets", module: ".", pkg: "./deploy", bench: "^BenchmarkFleetPolling$", benchtime: "20x", quick: "5x"},
 	{name: "collector, fleet: span rate by targets", module: ".", pkg: "./collector/internal/otlp", bench: "^BenchmarkSpanRoute$", benchtime: "200x", quick: "40x", count: 3},
 }
 

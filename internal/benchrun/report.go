@@ -303,6 +303,24 @@ func sections() []section {
 				target: "≥ 0.8", ok: atLeast(0.8)},
 		}})
 
+	poll := "BenchmarkFleetPolling/targets="
+	out = append(out, section{title: "collector: 100 light ProxySQL targets per collector",
+		intro: "`deploy/BenchmarkFleetPolling`: one collector polls 10, then 100, real ProxySQL 2.7.1 instances of one fleet " +
+			"(each a light target: one client session idle in a transaction holding a backend, one idle), with the stats " +
+			"account, at the default intervals (processlist 250 ms, pool 5 s, digests 10 s), for 20 s once every source has " +
+			"answered. cores = the collector process's CPU-seconds per second (the ProxySQLs are other processes); late polls " +
+			"= holdtime_collector_polls_late_total over every source in those 20 s; max lag = the largest " +
+			"holdtime_collector_poll_lag_seconds at the end. targets=10 is the per-target baseline of the same round.",
+		figures: []figure{
+			{name: "100 targets", baseline: "(absolute)", unit: "cores", value: metric(poll+"100", "cores"), target: "≤ 0.25", ok: atMost(0.25)},
+			{name: "100 targets: late polls", baseline: "(absolute)", unit: "polls", value: metric(poll+"100", "late_polls"), target: "0", ok: atMost(0)},
+			{name: "100 targets: largest poll lag at the end", baseline: "(absolute)", unit: "s", value: metric(poll+"100", "max_lag_s")},
+			{name: "100 targets, per target", baseline: "(absolute)", unit: "millicores", value: metric(poll+"100", "millicores/target")},
+			{name: "10 targets, per target", baseline: "(absolute)", unit: "millicores", value: metric(poll+"10", "millicores/target")},
+			{name: "per target: 100 targets / 10 targets", baseline: "10 targets, same round", unit: "×",
+				value: ratio(poll+"100", "millicores/target", poll+"10", "millicores/target")},
+		}})
+
 	out = append(out, section{title: "analyze: events log throughput (one core)",
 		intro: "`collector/BenchmarkEventsLog`: ProxySQL's JSON events log of a workload; scan (split lines) and encoding_json " +
 			"(split and json.Unmarshal the fields used) are baselines; analyze is the full pipeline of `holdtime analyze`.",

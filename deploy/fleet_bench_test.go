@@ -1,0 +1,180 @@
+package deploy_test
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/holdtime/holdtime/collector"
+	"github.com/holdtime/holdtime/testenv"
+)
+
+// BenchmarkFleetPolling: what one collector of a sharded fleet costs per
+// ProxySQL it polls. One collector polls 10, then 100, real ProxySQL 2.7.1
+// instances of one fleet, each a light target (two client sessions: one
+// idle in a transaction, holding a backend, one idle between statements),
+// with the stats account, at the default intervals (processlist 250 ms,
+// pool 5 s, digests 10 s). Each iteration is one second of collection once
+// every source has answered. Reported: cores (the process's CPU-seconds
+// per second: the collector, the ProxySQLs are other processes),
+// millicores per target, late polls (holdtime_collector_polls_late_total
+// over every source: polls that started an interval or more after they
+// were due) and the largest poll lag at the end. targets=10 is the
+// baseline of the same run, per target.
+func BenchmarkFleetPolling(b *testing.B) {
+	testenv.RequireProxySQL(b)
+	d := testenv.NewDatabase(b)
+	fleet := testenv.NewProxySQLFleet(b, testenv.FleetOptions{ProxySQL: testenv.ProxySQLOptions{Backend: d.Target, Schema: d.Name}, N: 100})
+	ctx := context.Background()
+	for _, px := range fleet {
+		db, err := sql.Open("mysql", px.AppDSN())
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { db.Close() })
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { tx.Rollback() })
+		if _, err := tx.ExecContext(ctx, "SELECT 1 /* conn_tag:fleet_open_tx */"); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := db.ExecContext(ctx, "SELECT 1 /* conn_tag:fleet_idle */"); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for _, n := range []int{10, 100} {
+		b.Run(fmt.Sprintf("targets=%d", n), func(b *testing.B) {
+			reg := prometheus.NewRegistry()
+			cfg := collector.Config{Registerer: reg}
+			for i, px := range fleet[:n] {
+				cfg.ProxySQL = append(cfg.ProxySQL, collector.ProxySQLConfig{Name: fmt.Sprintf("px%03d", i), DSN: px.StatsDSN()})
+			}
+			c, err := collector.New(cfg)
+			if err != nil {
+				b.Fatal(err)
+			}
+			runCtx, cancel := context.WithCancel(ctx)
+			done := make(chan error, 1)
+			go func() { done <- c.Run(runCtx) }()
+			defer func() {
+				cancel()
+				if err := <-done; err != nil {
+					b.Error(err)
+				}
+			}()
+			for deadline := time.Now().Add(time.Minute); ; {
+				if ok, _ := c.Ready(); ok {
+					break
+				}
+				if time.Now().After(deadline) {
+					_, down := c.Ready()
+					b.Fatalf("sources not up after a minute: %v", down)
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+			late0 := gathered(b, reg, "holdtime_collector_polls_late_total", sum)
+			cpu0, fleet0, busy0, t0 := cpuSeconds(b), fleetSeconds(fleet), machineBusySeconds(), time.Now()
+			b.ResetTimer()
+			for range b.N {
+				time.Sleep(time.Second) // the collector polls meanwhile: what is measured
+			}
+			b.StopTimer()
+			wall := time.Since(t0).Seconds()
+			cores := (cpuSeconds(b) - cpu0) / wall
+			// What else ran on the machine meanwhile: the fleet itself (on
+			// the collector's machine only in this benchmark) and the rest.
+			b.ReportMetric((fleetSeconds(fleet)-fleet0)/wall, "fleet_cores")
+			b.ReportMetric((machineBusySeconds()-busy0)/wall, "machine_busy_cores")
+			b.ReportMetric(cores, "cores")
+			b.ReportMetric(1000*cores/float64(n), "millicores/target")
+			b.ReportMetric(gathered(b, reg, "holdtime_collector_polls_late_total", sum)-late0, "late_polls")
+			b.ReportMetric(gathered(b, reg, "holdtime_collector_poll_lag_seconds", maxOf), "max_lag_s")
+		})
+	}
+}
+
+// gathered folds every series of one metric (a counter or a gauge).
+func gathered(b *testing.B, g prometheus.Gatherer, name string, fold func(float64, float64) float64) float64 {
+	mfs, err := g.Gather()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var v float64
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			x := m.GetCounter().GetValue()
+			if m.GetGauge() != nil {
+				x = m.GetGauge().GetValue()
+			}
+			v = fold(v, x)
+		}
+	}
+	return v
+}
+
+func sum(a, b float64) float64   { return a + b }
+func maxOf(a, b float64) float64 { return max(a, b) }
+
+func cpuSeconds(b *testing.B) float64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
+}
+
+// clockTicks is the kernel's USER_HZ, the unit of /proc's CPU times: 100
+// on every Linux architecture Go supports.
+const clockTicks = 100
+
+// fleetSeconds is the CPU-seconds the fleet's ProxySQL processes used so
+// far (0 where /proc cannot be read).
+func fleetSeconds(fleet []*testenv.ProxySQL) float64 {
+	var s float64
+	for _, px := range fleet {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(px.Pid()) + "/stat")
+		if err != nil {
+			continue
+		}
+		// The fields after the command name, which is in parentheses.
+		f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+		if len(f) > 12 {
+			u, _ := strconv.ParseFloat(f[11], 64)
+			k, _ := strconv.ParseFloat(f[12], 64)
+			s += (u + k) / clockTicks
+		}
+	}
+	return s
+}
+
+// machineBusySeconds is the CPU-seconds every core spent on anything but
+// idle and iowait so far (/proc/stat).
+func machineBusySeconds() float64 {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	var busy float64
+	for i, v := range strings.Fields(line)[1:] {
+		x, _ := strconv.ParseFloat(v, 64)
+		if i != 3 && i != 4 && i < 8 { // idle, iowait; guest time is in user already
+			busy += x
+		}
+	}
+	return busy / clockTicks
+}

@@ -13,9 +13,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/holdtime/holdtime/internal/shard"
 )
 
 // tool finds a binary or skips (fails under CI) with the install command.
@@ -107,7 +108,7 @@ func TestComposeFile(t *testing.T) {
 		}
 	}
 	services := parseComposeConfig(t, out)
-	for _, name := range []string{"mysql", "proxysql", "proxysql-2", "collector", "collector-2", "workload", "prometheus", "grafana"} {
+	for _, name := range []string{"mysql", "proxysql", "proxysql2", "collector", "collector-2", "workload", "prometheus", "grafana"} {
 		if services[name] == nil {
 			t.Errorf("no service %s", name)
 		}
@@ -137,9 +138,9 @@ func TestComposeFile(t *testing.T) {
 	// for its spans.
 	for name, deps := range map[string][]string{
 		"proxysql":    {"mysql"},
-		"proxysql-2":  {"mysql"},
-		"collector":   {"mysql", "proxysql", "proxysql-2"},
-		"collector-2": {"proxysql", "proxysql-2"},
+		"proxysql2":   {"mysql"},
+		"collector":   {"mysql", "proxysql", "proxysql2"},
+		"collector-2": {"proxysql", "proxysql2"},
 		"workload":    {"proxysql", "collector"},
 	} {
 		for _, dep := range deps {
@@ -158,55 +159,94 @@ func TestComposeFile(t *testing.T) {
 }
 
 // TestComposeShards checks how the two collectors split the work so that
-// Prometheus can add them up per tag without counting anything twice:
-// both get the same ProxySQL fleet and distinct shards covering it; MySQL
-// (the server layer) and the app's OTLP target are in one collector only;
-// Prometheus scrapes every collector.
+// Prometheus can add them up per tag without counting anything twice: both
+// get the same ProxySQL fleet and distinct shards covering it, and by the
+// shard hash collect uses each polls at least one ProxySQL (a shard that
+// would poll nothing is refused, or idles); MySQL (the server layer) and
+// the app's spans go to one collector only, the one that owns the ProxySQL
+// the workload dials (only the owner of a ProxySQL reads the session ids
+// spans name); Prometheus scrapes every collector.
 func TestComposeShards(t *testing.T) {
 	collectors := []string{"collector", "collector-2"}
-	shard := regexp.MustCompile(`(?m)^\s+- --shard=(\d+)/(\d+)$`)
-	fleet := regexp.MustCompile(`(?m)^\s+- (--proxysql(?:-events-log|-client-address)?=\S+)$`)
+	shardFlag := regexp.MustCompile(`(?m)^\s+- --shard=(\d+/\d+)$`)
+	fleetFlag := regexp.MustCompile(`(?m)^\s+- (--proxysql(?:-events-log|-client-address)?=\S+)$`)
+	targetFlag := regexp.MustCompile(`(?m)^\s+- --proxysql=([^=]+)=`)
+	clientFlag := regexp.MustCompile(`(?m)^\s+- --proxysql-client-address=([^=]+)=([^:]+):`)
+	byIndex := map[int]string{}
 	var fleets []string
-	seen := map[string]bool{}
-	mysqls, otlpTargets := 0, map[string]bool{}
+	var targets []string
+	clientHost := map[string]string{} // target -> the host apps dial
+	var mysqls, otlps []string
 	for _, name := range collectors {
 		svc := composeService(t, name)
-		m := shard.FindStringSubmatch(svc)
+		m := shardFlag.FindStringSubmatch(svc)
 		if m == nil {
-			t.Errorf("%s has no --shard=i/n", name)
-			continue
+			t.Fatalf("%s has no --shard=INDEX/COUNT", name)
 		}
-		if m[2] != strconv.Itoa(len(collectors)) || seen[m[1]] {
-			t.Errorf("%s: --shard=%s/%s; want each of 0..%d once, out of %d", name, m[1], m[2], len(collectors)-1, len(collectors))
+		sh, err := shard.Parse(m[1])
+		if err != nil {
+			t.Fatal(err)
 		}
-		seen[m[1]] = true
+		if sh.Count != len(collectors) || byIndex[sh.Index] != "" {
+			t.Errorf("%s: --shard=%s; want each of 0..%d once, out of %d", name, m[1], len(collectors)-1, len(collectors))
+		}
+		byIndex[sh.Index] = name
 		var list []string
-		for _, f := range fleet.FindAllStringSubmatch(svc, -1) {
+		for _, f := range fleetFlag.FindAllStringSubmatch(svc, -1) {
 			list = append(list, f[1])
 		}
 		fleets = append(fleets, strings.Join(list, " "))
+		targets = nil
+		for _, f := range targetFlag.FindAllStringSubmatch(svc, -1) {
+			targets = append(targets, f[1])
+		}
+		for _, f := range clientFlag.FindAllStringSubmatch(svc, -1) {
+			clientHost[f[1]] = f[2]
+		}
 		if strings.Contains(svc, "- --mysql=") {
-			mysqls++
+			mysqls = append(mysqls, name)
 		}
 		if strings.Contains(svc, "- --otlp\n") {
-			target := "app"
-			if t := regexp.MustCompile(`--otlp-target=(\S+)`).FindStringSubmatch(svc); t != nil {
-				target = t[1]
-			}
-			if otlpTargets[target] {
-				t.Errorf("two collectors name their OTLP target %s: their app series would be one", target)
-			}
-			otlpTargets[target] = true
+			otlps = append(otlps, name)
 		}
 	}
-	if len(fleets) == len(collectors) && fleets[0] != fleets[1] {
+	if fleets[0] != fleets[1] {
 		t.Errorf("the collectors are given different fleets; each must get all of it and keep its shard:\n%s\n%s", fleets[0], fleets[1])
 	}
-	if !strings.Contains(fleets[0], "proxysql-2=") {
-		t.Errorf("the fleet has one ProxySQL: %s", fleets[0])
+	if len(targets) < 2 {
+		t.Fatalf("the fleet is %v: two collectors need at least two ProxySQLs", targets)
 	}
-	if mysqls != 1 {
-		t.Errorf("%d collectors poll MySQL; want exactly one, or every sum over collectors counts the server layer twice", mysqls)
+	owner := map[string]string{} // ProxySQL target -> collector service
+	polls := map[string][]string{}
+	for _, target := range targets {
+		owner[target] = byIndex[shard.Owner(target, len(collectors))]
+		polls[owner[target]] = append(polls[owner[target]], target)
+	}
+	for _, name := range collectors {
+		if len(polls[name]) == 0 {
+			t.Errorf("%s's shard owns no ProxySQL of %v: rename a target so the hash splits the fleet", name, targets)
+		}
+	}
+	if len(mysqls) != 1 || len(otlps) != 1 || mysqls[0] != otlps[0] {
+		t.Errorf("MySQL polled by %v, app spans received by %v: want one collector for both, or sums over collectors count them twice", mysqls, otlps)
+	}
+	workload := composeService(t, "workload")
+	dial := regexp.MustCompile(`--dsn=[^@]*@tcp\(([^:]+):`).FindStringSubmatch(workload)
+	sendTo := regexp.MustCompile(`--otlp-endpoint=https?://([^:/]+)`).FindStringSubmatch(workload)
+	if dial == nil || sendTo == nil {
+		t.Fatalf("the workload names no --dsn host or no --otlp-endpoint host")
+	}
+	var dialled string
+	for target, host := range clientHost {
+		if host == dial[1] {
+			dialled = target
+		}
+	}
+	if dialled == "" {
+		t.Errorf("no --proxysql-client-address names %s, the host the workload dials: its spans route nowhere", dial[1])
+	} else if owner[dialled] != sendTo[1] {
+		t.Errorf("the workload dials %s, polled by %s, but sends its spans to %s: their session ids would reach no target",
+			dialled, owner[dialled], sendTo[1])
 	}
 	prom, err := os.ReadFile("prometheus/prometheus.yml")
 	if err != nil {
@@ -217,6 +257,7 @@ func TestComposeShards(t *testing.T) {
 			t.Errorf("Prometheus does not scrape %s", name)
 		}
 	}
+	t.Logf("shards: %v", polls)
 }
 
 // exactImage is an image pinned to an x.y.z version, a digest, or both.

@@ -265,6 +265,19 @@ func TestEachMissingItemIsNamedWithItsFix(t *testing.T) {
 		})
 		expectOnly(t, doctor.Check(ctx, monDB, doctor.KindMySQL), "mysql.instruments.statement")
 	})
+	t.Run("mysql.instruments.transaction", func(t *testing.T) {
+		exec(t, admin, "UPDATE performance_schema.setup_instruments SET ENABLED = 'NO', TIMED = 'NO' WHERE NAME = 'transaction'")
+		t.Cleanup(func() {
+			_, _ = admin.ExecContext(ctx, "UPDATE performance_schema.setup_instruments SET ENABLED = 'YES', TIMED = 'YES' WHERE NAME = 'transaction'")
+		})
+		expectOnly(t, doctor.Check(ctx, monDB, doctor.KindMySQL), "mysql.instruments.transaction")
+		exec(t, admin, statuses(doctor.Check(ctx, monDB, doctor.KindMySQL))["mysql.instruments.transaction"].Fix)
+		for _, r := range doctor.Check(ctx, monDB, doctor.KindMySQL) {
+			if r.Status != doctor.StatusOK {
+				t.Errorf("after the fix %s is %s", r.ID, r.Status)
+			}
+		}
+	})
 	t.Run("mysql.actors", func(t *testing.T) {
 		conn, err := admin.Conn(ctx)
 		if err != nil {
@@ -309,6 +322,9 @@ func TestEachMissingItemIsNamedWithItsFix(t *testing.T) {
 		for _, tc := range []struct{ arg, id string }{
 			{"--performance-schema=OFF", "mysql.performance_schema"},
 			{"--performance-schema-events-statements-history-long-size=100", "mysql.history_long_size"},
+			// MariaDB's default: what a server started without the list's
+			// line has.
+			{"--performance-schema-instrument=transaction=OFF", "mysql.instruments.transaction"},
 		} {
 			s, err := testenv.StartMySQL(ctx, testenv.MySQLOptions{ExtraArgs: []string{tc.arg}})
 			if err != nil {

@@ -156,6 +156,30 @@ func mysqlItems() []Item {
 		consumer("events_statements_history", Recommended,
 			"a transaction's tag is read from the last 10 statements of its session: without it a lock held by an "+
 				"idle transaction shows as unknown"),
+		consumer("events_transactions_current", Recommended,
+			"the proxy↔server join finds an idle ProxySQL session's transaction from its BEGIN in the statement history "+
+				"only: a transaction begun implicitly (autocommit=0) or whose BEGIN the history dropped is judged by its "+
+				"last statement, and more idle hold is inferred (by time) rather than exact"),
+		{
+			ID: "mysql.instruments.transaction", Target: KindMySQL, Need: Recommended,
+			What: "the transaction instrument enabled and timed",
+			Why:  "transactions are not recorded: the proxy↔server join falls back to BEGIN in the statement history, as without events_transactions_current",
+			Fix:  "UPDATE performance_schema.setup_instruments SET ENABLED='YES', TIMED='YES' WHERE NAME='transaction'",
+			// MariaDB ships it off, MySQL 8.0 on.
+			Config:    "performance-schema-instrument='transaction=ON'",
+			ServerArg: "--performance-schema-instrument=transaction=ON",
+			check: func(ctx context.Context, db *sql.DB) (string, bool, error) {
+				var enabled, timed string
+				err := db.QueryRowContext(ctx, "SELECT ENABLED, TIMED FROM performance_schema.setup_instruments WHERE NAME = 'transaction'").Scan(&enabled, &timed)
+				if errors.Is(err, sql.ErrNoRows) {
+					return "no such instrument", false, nil
+				}
+				if err != nil {
+					return "", false, err
+				}
+				return "enabled " + strings.ToLower(enabled) + ", timed " + strings.ToLower(timed), enabled == "YES" && timed == "YES", nil
+			},
+		},
 		{
 			ID: "mysql.instruments.statement", Target: KindMySQL, Need: Required,
 			What: "statement instruments enabled and timed",

@@ -25,16 +25,16 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// fullArgs are the server arguments the join needs beyond testenv's setup
-// list: the transaction instrument and its consumer (MariaDB ships both
-// off). They are the my.cnf lines the package doc asks for.
-var fullArgs = []string{
-	"--performance-schema-instrument=transaction=ON",
-	"--performance-schema-consumer-events-transactions-current=ON",
+// withoutTrxArgs turn off what testenv's setup list (internal/doctor)
+// turns on for transactions: the transaction instrument and its consumer,
+// as MariaDB ships them.
+var withoutTrxArgs = []string{
+	"--performance-schema-instrument=transaction=OFF",
+	"--performance-schema-consumer-events-transactions-current=OFF",
 }
 
 // servers are the servers this test binary started, one per setup: "full"
-// with fullArgs, "default" with testenv's setup list only.
+// with testenv's setup list, "no_trx" without transactions recorded.
 var servers struct {
 	mu sync.Mutex
 	m  map[string]*started
@@ -66,8 +66,8 @@ func server(t testing.TB, setup string) *mysql.Config {
 	s := servers.m[setup]
 	if s == nil {
 		var opts testenv.MySQLOptions
-		if setup == "full" {
-			opts.ExtraArgs = fullArgs
+		if setup == "no_trx" {
+			opts.ExtraArgs = withoutTrxArgs
 		}
 		s = &started{}
 		s.srv, s.err = testenv.StartMySQL(context.Background(), opts)
@@ -348,11 +348,11 @@ func TestPreparedExact(t *testing.T) {
 	}
 }
 
-// TestDefaultMariaDBDegraded: testenv's server has the setup list without
-// the transaction instrument (MariaDB's default). The read says so with the
-// fix, and an idle transaction is still exact from BEGIN in the history.
+// TestDefaultMariaDBDegraded: a server without the transaction instrument
+// and consumer (MariaDB's default). The read says so with the fix, and an
+// idle transaction is still exact from BEGIN in the history.
 func TestDefaultMariaDBDegraded(t *testing.T) {
-	db := openDB(t, server(t, "default"))
+	db := openDB(t, server(t, "no_trx"))
 	b := newBackend(t, db)
 	m := newMonitor(t, db, b)
 	r := m.read()

@@ -29,7 +29,7 @@ race:
 # collector and poller several times over and skews the timing they check
 # (they skip under -race; their code paths stay covered there).
 accuracy:
-	$(GO) test -count=1 -timeout 10m -run '^(TestLiveProxySQLSetups|TestLayersEndToEnd|TestSpansReachOnlyTheProxySQLTheyWentThrough|TestFleetOfTwentyProxySQLsKeepsUp)$$' ./collector
+	$(GO) test -count=1 -timeout 10m -run '^(TestLiveProxySQLSetups|TestLiveProxySQLJoinUnderLoad|TestLayersEndToEnd|TestSpansReachOnlyTheProxySQLTheyWentThrough|TestFleetOfTwentyProxySQLsKeepsUp)$$' ./collector
 
 bench: deps-demo # gcc and MariaDB, as the demo
 	$(GO) run ./internal/benchrun $(BENCH_FLAGS)

@@ -2,6 +2,7 @@ package collector
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -76,6 +77,11 @@ type SourceStatus struct {
 	// MalformedSample is the latest of them, cut short.
 	Malformed       float64 `json:"malformed,omitempty"`
 	MalformedSample string  `json:"malformed_sample,omitempty"`
+	// ServerJoin is the ProxySQL processlist's idle hold the proxy↔server
+	// join answered, in seconds by quality: exact (the server's thread and
+	// event order name the tag), inferred (time broke a tie the evidence
+	// left), unknown (nothing the server shows names it).
+	ServerJoin map[string]float64 `json:"server_join_hold_seconds,omitempty"`
 }
 
 // push reports whether figures of source arrive on their own rather than
@@ -86,7 +92,7 @@ func push(s Source) bool { return s == SourceOTLP }
 func (s *store) status(k seriesKey, sr *series, now time.Time) SourceStatus {
 	st := SourceStatus{Target: k.target, Source: k.source, Layer: k.source.Layer(), Headline: s.isHeadline(k),
 		LastSuccess: sr.lastSuccess.UTC(), LastError: sr.lastError, Failure: sr.failure,
-		Malformed: sr.malformed, MalformedSample: sr.malformedSample}
+		Malformed: sr.malformed, MalformedSample: sr.malformedSample, ServerJoin: maps.Clone(sr.joinHold)}
 	if sr.lastSuccess.IsZero() {
 		st.LastSuccess = time.Time{}
 	}

@@ -4,6 +4,8 @@ import (
 	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/holdtime/holdtime/collector/internal/trxjoin"
 )
 
 // metricsCollector exposes the store at scrape time and keeps no state of its
@@ -28,6 +30,7 @@ type metricsCollector struct {
 	thrRunning, thrConnected, maxConn *prometheus.Desc
 	thrQueue, thrQueueOldest          *prometheus.Desc
 	layerSessions, layerSource        *prometheus.Desc
+	joinHold                          *prometheus.Desc
 }
 
 func newMetricsCollector(s *store) *metricsCollector {
@@ -89,6 +92,7 @@ func newMetricsCollector(s *store) *metricsCollector {
 		state:       d("holdtime_source_state", "1 for the source's current state, 0 for the others: up, degraded (answers, figures incomplete: see holdtime_source_degraded), down, waiting (nothing to report yet, not a failure).", []string{"target", "source", "state"}, nil),
 		degraded:    d("holdtime_source_degraded", "1 for each reason an up source's figures are incomplete (for example history_long_consumer_off); /api/v1/top says what to do.", []string{"target", "source", "reason"}, nil),
 		overflow:    d("holdtime_collector_tags_overflow_total", "Observations (app spans, events log holds, sampled rows, polls' per-tag figures) whose tag went to conn_tag=\"overflow\" because the source had reached the cap on distinct tags (--max-tags). A tag unseen for 5 m frees its slot and its per-tag series leave /metrics.", srcLabels, nil),
+		joinHold:    d("holdtime_collector_server_join_hold_seconds_total", "Seconds of ProxySQL idle backend hold (a session idle in a transaction or pinned) the proxy↔server join named, by quality: exact (the server's thread and event order name the tag), inferred (time broke a tie the server's evidence left), unknown (nothing the server shows names it; the hold goes to conn_tag=\"unknown\").", []string{"target", "quality"}, nil),
 		bad:         d("holdtime_collector_malformed_rows_total", "Rows and lines counted and skipped because they could not be parsed.", srcLabels, nil),
 	}
 }
@@ -101,7 +105,7 @@ func (m *metricsCollector) Describe(ch chan<- *prometheus.Desc) {
 		m.trx, m.trxAge, m.rowsLocked, m.waits, m.up, m.lastSuccess, m.overflow, m.bad, m.state, m.degraded,
 		m.layerHold, m.layerIdle, m.layerActive, m.layerStmts, m.layerErrs, m.layerSessions, m.layerSource,
 		m.wait, m.layerWait, m.waiting, m.locks, m.deadlocks, m.lockOutput, m.thrRunning, m.thrConnected, m.maxConn,
-		m.thrQueue, m.thrQueueOldest} {
+		m.thrQueue, m.thrQueueOldest, m.joinHold} {
 		ch <- d
 	}
 }
@@ -154,6 +158,11 @@ func (m *metricsCollector) collectStatus(ch chan<- prometheus.Metric, k seriesKe
 	}
 	ch <- prometheus.MustNewConstMetric(m.overflow, prometheus.CounterValue, sr.overflow, t, src)
 	ch <- prometheus.MustNewConstMetric(m.bad, prometheus.CounterValue, sr.malformed, t, src)
+	if sr.joinHold != nil {
+		for _, q := range []trxjoin.Quality{trxjoin.Exact, trxjoin.Inferred, trxjoin.Unknown} {
+			ch <- prometheus.MustNewConstMetric(m.joinHold, prometheus.CounterValue, sr.joinHold[q.String()], t, q.String())
+		}
+	}
 }
 
 // collectLayer sends a headline series' counters as its layer's.

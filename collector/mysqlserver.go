@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -15,6 +16,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/holdtime/holdtime/collector/internal/attrib"
+	"github.com/holdtime/holdtime/collector/internal/trxjoin"
 )
 
 // CollectorMarker starts every statement the MySQL source sends. It never
@@ -228,19 +230,12 @@ type mysqlTarget struct {
 	locks    *locksReader   // nil with LocksInterval < 0
 	excluded map[int64]bool // the lock reader's connection
 
-	// join publishes each connection's statements for the proxy↔server
-	// join; joinBuf collects those of one poll (server timer).
-	join    *serverJoin
-	joinBuf []joinRaw
-}
-
-// joinRaw is a completed statement before its times are mapped to the
-// collector's clock.
-type joinRaw struct {
-	pid        int64
-	kind       joinStmtKind
-	tag        string
-	start, end uint64 // server timer, picoseconds
+	// join is this server's side of the proxy↔server join: the
+	// connections listed and the reads of the backends ProxySQL shows held.
+	// degraded are the statement setup's degradations, joinDegraded the
+	// join's (published together).
+	join                   *serverJoin
+	degraded, joinDegraded []Degradation
 }
 
 func newMySQLTarget(st *store, ccfg Config, router *spanRouter, cfg MySQLConfig) (*mysqlTarget, error) {
@@ -354,15 +349,6 @@ func driverStatement(q []byte) bool {
 	return false
 }
 
-// proxySQLSync reports whether an untagged statement may be one ProxySQL
-// sent by itself to a backend to give it the client session's settings
-// (SET sql_mode, time_zone, ... before the client's statement): it names
-// no client session's work.
-func proxySQLSync(q string) bool {
-	kw, _ := attrib.FirstWord(attrib.SkipLeadingComments([]byte(q)))
-	return attrib.EqFold(kw, "SET")
-}
-
 // boundary reports whether a statement starts or ends a transaction.
 func boundary(q string) (begin, end bool) {
 	class, _, _ := attrib.Classify([]byte(q))
@@ -412,6 +398,9 @@ func (m *mysqlTarget) pollLocked(ctx context.Context) error {
 	}
 	m.st.malformed(m.cfg.Name, SourceMySQL, bad)
 	m.apply(at, rows, stmts, waits)
+	if err := m.readJoin(ctx); err != nil {
+		return err
+	}
 	m.lastPoll = at
 	return nil
 }
@@ -450,7 +439,8 @@ func (m *mysqlTarget) readSetup(ctx context.Context) error {
 		m.lastMax = stmtKey{} // not in the other table: no sign of a wrap
 	}
 	m.setup, m.setupAt = setup, time.Now()
-	m.degrade(degraded)
+	m.degraded = degraded
+	m.degrade(append(slices.Clip(degraded), m.joinDegraded...))
 	return nil
 }
 
@@ -510,6 +500,9 @@ const (
 	ReasonHistoryLongOff      = "history_long_consumer_off"
 	ReasonCurrentOff          = "current_consumer_off"
 	ReasonStatementsWrapped   = "history_long_wrapped"
+	ReasonTrxInstrumentOff    = "transaction_instrument_off"
+	ReasonTrxConsumerOff      = "transactions_consumer_off"
+	consumerFixCnfPrefix      = "; to keep it after a restart, add "
 	consumerFixSQL            = "UPDATE performance_schema.setup_consumers SET ENABLED = 'YES' WHERE NAME IN (%s)"
 	consumerFixCnf            = "; to keep it after a restart, add %s under [mysqld] in my.cnf"
 	perfSchemaMissesWhat      = "statements, errors and the tags of idle transactions are not known (idle transactions count as unknown), and a statement outside a transaction is sampled"
@@ -794,31 +787,50 @@ func (w *trxWindow) open() bool { return w != nil && w.beginEvent > w.commitEven
 // ended reports whether a transaction ended since the last read.
 func (w *trxWindow) ended() bool { return w != nil && w.commitEvent > 0 }
 
-// publishJoin hands the proxy↔server join the connections listed now and
-// the statements completed since the last poll, on the collector's clock.
-// Without our own running statement (timerNow 0) the server's timer cannot
-// be mapped: the statements are not published.
-func (m *mysqlTarget) publishJoin(at time.Time, listed map[int64]*serverRow, timerNow uint64) {
+// publishJoin hands the proxy↔server join the connections listed now.
+func (m *mysqlTarget) publishJoin(listed map[int64]*serverRow) {
 	hosts := make(map[int64]string, len(listed))
 	for id, r := range listed {
 		hosts[id] = r.host
 	}
-	stmts := map[int64][]joinStmt{}
-	through := time.Time{}
-	if timerNow != 0 {
-		// The server read its timer while answering, between stmtAt and
-		// stmtDone: the middle halves the error of the join's ordering. A
-		// statement that ended while the query ran has a later timer.
-		ref := m.stmtAt.Add(max(m.stmtDone.Sub(m.stmtAt), 0) / 2)
-		wall := func(timer uint64) time.Time {
-			return ref.Add(time.Duration((int64(timer) - int64(timerNow)) / 1000))
-		}
-		for _, r := range m.joinBuf {
-			stmts[r.pid] = append(stmts[r.pid], joinStmt{kind: r.kind, tag: r.tag, start: wall(r.start), end: wall(r.end)})
-		}
-		through = m.stmtAt
+	m.join.update(hosts)
+}
+
+// readJoin reads the performance_schema evidence of the backends the
+// ProxySQL samplers showed held (none: no read), for the proxy↔server
+// join, and publishes what the server's setup costs the join.
+func (m *mysqlTarget) readJoin(ctx context.Context) error {
+	ids := m.join.wantedIDs(time.Now())
+	if len(ids) == 0 {
+		return nil
 	}
-	m.join.update(at, through, hosts, stmts)
+	r, err := trxjoin.ReadServer(ctx, m.conn, ids)
+	if errors.Is(err, trxjoin.ErrNoPerformanceSchema) {
+		return nil // the statement setup's degradation says so
+	}
+	if err != nil {
+		return err
+	}
+	m.join.addRead(r)
+	var d []Degradation
+	for _, x := range r.Setup.Degradations() {
+		// The statement consumers are the statement setup's degradations.
+		if reason := joinReasons[x.Item]; reason != "" {
+			d = append(d, Degradation{Reason: reason, Detail: "proxy↔server join: " + x.Why,
+				Fix: x.Fix + consumerFixCnfPrefix + x.Config + " under [mysqld] in my.cnf"})
+		}
+	}
+	if !slices.Equal(d, m.joinDegraded) {
+		m.joinDegraded = d
+		m.degrade(append(slices.Clip(m.degraded), d...))
+	}
+	return nil
+}
+
+// joinReasons are the degradation reasons of the join's own setup items.
+var joinReasons = map[string]string{
+	"mysql.instruments.transaction":              ReasonTrxInstrumentOff,
+	"mysql.consumer.events_transactions_current": ReasonTrxConsumerOff,
 }
 
 func hintsIf(on bool) map[int64][]sessionHint {

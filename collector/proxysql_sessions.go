@@ -2,11 +2,12 @@ package collector
 
 import (
 	"cmp"
-	"github.com/holdtime/holdtime/collector/internal/source"
 	"sync"
 	"time"
 
 	"github.com/holdtime/holdtime/collector/internal/attrib"
+	"github.com/holdtime/holdtime/collector/internal/source"
+	"github.com/holdtime/holdtime/collector/internal/trxjoin"
 )
 
 // Pin reasons read from stats_mysql_processlist's extended_info, the
@@ -97,6 +98,15 @@ type pendingUnknown struct {
 	borrow  [2]int64
 	// lastSeen is when ProxySQL took the snapshot of last (see firstSeen).
 	lastSeen time.Time
+	// end is when the answer of last had been read: the run's span for
+	// the proxy↔server join is first..end.
+	end time.Time
+	// inTrx is set when a sample of the run showed the session idle in a
+	// transaction; joined once the join has answered (exact, inferred or
+	// unknown), counted in holdtime_collector_server_join_hold_seconds_total;
+	// joinPending while it answers pending (the run then waits up to
+	// joinPendingMax, even past the grace period).
+	inTrx, joined, joinPending bool
 	// fallback is the carried tag of the run's first sample: what the run
 	// gets when no exact source names it within the grace period; ""
 	// means unknown.
@@ -137,8 +147,10 @@ type proxysqlSessions struct {
 	// reported at once, and a carried tag is taken at once.
 	resolvable bool
 	// joins returns the proxy↔server joins of the collector's MySQL
-	// targets; nil without any.
+	// targets; nil without any. held are the backends of the sample being
+	// credited, for the joins to read.
 	joins func() []*serverJoin
+	held  []attrib.BackendKey
 
 	// reasons of the rows being credited (previous sample) and of the rows
 	// just added (current sample), by SessionID.
@@ -196,6 +208,9 @@ func (p *proxysqlSessions) delta(m map[string]*tagDelta, tag string) *tagDelta {
 
 // addSampled receives the sampler's holds of the previous sample.
 func (p *proxysqlSessions) addSampled(h *SampledHold) {
+	if p.joins != nil && h.Backend.Valid() {
+		p.held = append(p.held, h.Backend)
+	}
 	if h.Waiting {
 		p.addWait(h)
 		return
@@ -224,7 +239,7 @@ func (p *proxysqlSessions) addSampled(h *SampledHold) {
 		runs := p.pending[h.SessionID]
 		var pu *pendingUnknown
 		if n := len(runs); n > 0 && runs[n-1].last.Equal(p.prevAt) && runs[n-1].backend == h.Backend && runs[n-1].borrow == h.Borrow &&
-			runs[n-1].fallback == fallback {
+			runs[n-1].fallback == fallback && !runs[n-1].joined {
 			pu = runs[n-1]
 		} else {
 			seen := h.At
@@ -236,10 +251,11 @@ func (p *proxysqlSessions) addSampled(h *SampledHold) {
 		}
 		p.linkWaits(h.SessionID, pu)
 		pu.last = h.At
-		pu.lastSeen = h.At
+		pu.lastSeen, pu.end = h.At, h.At
 		if p.lastRead.After(h.At) {
-			pu.lastSeen = h.At.Add(p.lastRead.Sub(h.At) / 2)
+			pu.lastSeen, pu.end = h.At.Add(p.lastRead.Sub(h.At)/2), p.lastRead
 		}
+		pu.inTrx = pu.inTrx || reason == PinReasonTransaction
 		pu.f.Add(&f)
 		pu.rows++
 		if reason != "" {
@@ -492,6 +508,12 @@ func (p *proxysqlSessions) sampleRead(at, readAt time.Time, rows []ProcesslistRo
 	p.waiting = 0
 	p.prevReasons, p.curReasons = p.curReasons, p.prevReasons
 	p.sampler.Sample(at) // credits the previous sample through addSampled
+	if p.joins != nil && len(p.held) > 0 {
+		for _, j := range p.joins() {
+			j.want(at, p.held)
+		}
+		p.held = p.held[:0]
+	}
 	if !at.Equal(p.lastAt) {
 		p.prevAt, p.lastAt = p.lastAt, at
 	}
@@ -520,7 +542,12 @@ func (p *proxysqlSessions) sampleRead(at, readAt time.Time, rows []ProcesslistRo
 		}
 		p.resolveHints(id)
 		p.resolveNamedWaits(id)
-		p.expire(id, func(pu *pendingUnknown) bool { return at.Sub(pu.first) > p.grace || at.Sub(pu.last) > p.grace })
+		p.expire(id, func(pu *pendingUnknown) bool {
+			if pu.joinPending {
+				return at.Sub(pu.last) > joinPendingMax
+			}
+			return at.Sub(pu.first) > p.grace || at.Sub(pu.last) > p.grace
+		})
 	}
 	for id, ws := range p.waitLog {
 		i := 0
@@ -549,28 +576,50 @@ func (p *proxysqlSessions) sampleRead(at, readAt time.Time, rows []ProcesslistRo
 	p.flush()
 }
 
-// resolveJoined names the pending runs of session id from the server
-// statements of the backend each run held.
+// joinPendingMax is how long after its last sample a run the join answers
+// pending is asked again; then its hold is unknown.
+const joinPendingMax = 5 * time.Second
+
+// resolveJoined names the pending runs of session id idle on a backend of
+// one of the collector's MySQL targets from what that backend's server
+// thread ran (package trxjoin). What the server's evidence does not name
+// stays unknown: the run's carried tag is dropped, never guessed.
 func (p *proxysqlSessions) resolveJoined(id int64) {
-	joins := p.joins()
+	var joins []*serverJoin
 	named := map[*pendingUnknown]string{}
 	for _, pu := range p.pending[id] {
-		if !pu.backend.Valid() {
+		if pu.wait || pu.joined || !pu.backend.Valid() {
 			continue
 		}
-		// Asked once the run has ended (or is old), about its middle: its
-		// first sample may come before the borrow's first statement
-		// reached the server (ProxySQL attaches the backend first, later
-		// still under load), its middle is inside the borrow.
+		// Asked once the run has ended (or is old): the whole span in which
+		// the session held the backend idle.
 		if pu.last.Equal(p.prevAt) && p.lastAt.Sub(pu.first) < p.grace/2 {
 			continue
 		}
-		ref := pu.firstSeen.Add(pu.lastSeen.Sub(pu.firstSeen) / 2)
+		if joins == nil {
+			joins = p.joins()
+		}
+		s := trxjoin.Sample{Start: pu.first, End: pu.end, InTrx: pu.inTrx}
 		for _, j := range joins {
-			if tag, res := j.tagOfIdle(pu.backend, ref, pu.last); res == joinTagged {
-				named[pu] = tag
-				break
+			r, ok := j.decide(pu.backend, s)
+			if !ok {
+				continue
 			}
+			if pu.joinPending = r.Pending && p.lastAt.Sub(pu.last) < joinPendingMax; pu.joinPending {
+				break // asked again after the next read
+			}
+			q := r.Quality
+			if r.Pending {
+				q = trxjoin.Unknown
+			}
+			pu.joined = true
+			p.st.joined(p.target, SourceProxySQLProcesslist, q.String(), pu.f.Hold)
+			if q == trxjoin.Unknown {
+				pu.fallback = ""
+			} else {
+				named[pu] = r.Tag
+			}
+			break
 		}
 	}
 	for pu, tag := range named {

@@ -49,7 +49,7 @@ func (p *serverPoll) wall(timer uint64) (time.Time, bool) {
 func (m *mysqlTarget) apply(at time.Time, rows []serverRow, stmts []stmtRow, waits [][2]int64) {
 	p := m.newServerPoll(at, rows, stmts)
 	p.wins = m.completed(stmts, p.sampled, p.timerNow != 0)
-	m.publishJoin(at, p.listed, p.timerNow)
+	m.publishJoin(p.listed)
 	m.creditRunning(p, stmts)
 	if !m.prevAt.IsZero() {
 		for _, h := range m.held {
@@ -349,7 +349,6 @@ type completedRead struct {
 // timed says whether the server's timer can be mapped to the collector's
 // clock (our own statement was seen running).
 func (m *mysqlTarget) completed(stmts []stmtRow, sampled map[int64]bool, timed bool) map[int64]*trxWindow {
-	m.joinBuf = m.joinBuf[:0]
 	fresh, rd := m.freshStatements(stmts)
 	wins := m.windows(fresh)
 	latest := map[int64]lastStmt{}
@@ -419,10 +418,8 @@ func (m *mysqlTarget) windows(fresh []*stmtRow) map[int64]*trxWindow {
 		switch {
 		case begin:
 			w.beginEvent, w.beginStart = st.key.event, stmtStart(st)
-			m.joinBuf = append(m.joinBuf, joinRaw{pid: st.pid, kind: joinBegin, start: stmtStart(st), end: st.end})
 		case end:
 			w.commitEvent, w.commitEnd = st.key.event, st.end
-			m.joinBuf = append(m.joinBuf, joinRaw{pid: st.pid, kind: joinEnd, start: stmtStart(st), end: st.end})
 		case w.firstTag == "" && w.commitEvent == 0:
 			if tag, ok := m.tagOfStatement(st.text); ok {
 				w.firstTag = tag
@@ -452,7 +449,7 @@ type lastStmt struct {
 func (m *mysqlTarget) completedStmt(st *stmtRow, wins map[int64]*trxWindow, sampled map[int64]bool, timed bool) (string, bool) {
 	rs := m.running[st.key]
 	delete(m.running, st.key)
-	tag, joinTag, ok := m.completedTag(st, rs, wins[st.pid])
+	tag, ok := m.completedTag(st, rs, wins[st.pid])
 	if !ok && rs == nil {
 		return "", false // a driver's statement: no business process's
 	}
@@ -461,9 +458,6 @@ func (m *mysqlTarget) completedStmt(st *stmtRow, wins map[int64]*trxWindow, samp
 	}
 	if !ok {
 		return "", false
-	}
-	if st.pid != 0 && st.wait.Valid && joinTag != "" {
-		m.joinBuf = append(m.joinBuf, joinRaw{pid: st.pid, tag: joinTag, start: stmtStart(st), end: st.end})
 	}
 	if m.primed {
 		d := m.delta(tag)
@@ -477,32 +471,15 @@ func (m *mysqlTarget) completedStmt(st *stmtRow, wins map[int64]*trxWindow, samp
 
 // completedTag is a completed statement's tag, from its text, else from
 // its run seen earlier, else its transaction's or session's (a prepared
-// statement's execution, recorded without text). joinTag is what the
-// statement tells the proxy↔server join: only what its own text (or its
-// transaction's) says. A ProxySQL backend serves many client sessions: the
-// connection's last tag is another session's.
-func (m *mysqlTarget) completedTag(st *stmtRow, rs *runningStmt, w *trxWindow) (tag, joinTag string, ok bool) {
+// statement's execution, recorded without text).
+func (m *mysqlTarget) completedTag(st *stmtRow, rs *runningStmt, w *trxWindow) (tag string, ok bool) {
 	switch {
 	case st.text != "":
-		tag, ok = m.tagOfStatement(st.text)
-		switch {
-		case ok && tag == UntaggedTag && proxySQLSync(st.text):
-			// ProxySQL gives a backend a session's settings when the
-			// session takes it: a borrow starts here.
-			m.joinBuf = append(m.joinBuf, joinRaw{pid: st.pid, kind: joinBegin, start: stmtStart(st), end: st.end})
-		case ok:
-			joinTag = tag
-		}
+		return m.tagOfStatement(st.text)
 	case rs != nil:
-		tag, ok = rs.tag, true
-		joinTag = tag
-	default:
-		tag, ok = m.executeTag(st.pid, w), true
-		if w != nil && w.firstTag != "" {
-			joinTag = tag
-		}
+		return rs.tag, true
 	}
-	return tag, joinTag, ok
+	return m.executeTag(st.pid, w), true
 }
 
 // creditCompleted credits a completed statement's time: the rest of what

@@ -1,58 +1,87 @@
 package collector
 
 import (
+	"context"
+	"database/sql"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/holdtime/holdtime/collector/internal/attrib"
+	"github.com/holdtime/holdtime/collector/internal/trxjoin"
 )
 
-func TestServerJoinTagOfIdle(t *testing.T) {
+// TestServerJoinBoard: the board matches ProxySQL's backend keys to this
+// server's connections (thread id and local address must agree), reads
+// only what a sampler showed held recently, keeps a few seconds of reads,
+// and decides from them.
+func TestServerJoinBoard(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	ms := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Millisecond) }
-	st := func(kind joinStmtKind, tag string, start int) joinStmt {
-		return joinStmt{kind: kind, tag: tag, start: ms(start), end: ms(start + 1)}
-	}
-	key := attrib.BackendKey{Thread: 7, Local: attrib.HostPort{Host: "127.0.0.1", Port: 40000}}
-	// One backend, borrowed in turn: short (autocommit), then a hog
-	// transaction, then a pin after a statement, then a borrow whose BEGIN
-	// reaches the server just after the sample.
-	stmts := []joinStmt{
-		st(joinStatement, "short", 0),
-		st(joinBegin, "", 100), st(joinStatement, "hog", 101), st(joinStatement, "hog", 900), st(joinEnd, "", 901),
-		st(joinStatement, "pin", 1000), st(joinEnd, "", 1001),
-		st(joinStatement, "short", 1500),
-		st(joinBegin, "", 1610), st(joinStatement, "batch", 1612),
-		st(joinBegin, "", 2000),
+	if trxjoin.Marker != CollectorMarker {
+		t.Errorf("the join's reads start with %q, not the collector's marker %q", trxjoin.Marker, CollectorMarker)
 	}
 	j := newServerJoin()
-	j.update(ms(0), ms(3000), map[int64]string{7: "127.0.0.1:40000"}, map[int64][]joinStmt{7: stmts})
+	j.update(map[int64]string{7: "127.0.0.1:40000", 8: "localhost"})
+	key := attrib.BackendKey{Thread: 7, Local: attrib.HostPort{Host: "127.0.0.1", Port: 40000}}
 	for _, c := range []struct {
-		name        string
-		key         attrib.BackendKey
-		first, last int
-		want        string
-		res         joinResult
+		name string
+		k    attrib.BackendKey
+		id   int64
+		ok   bool
 	}{
-		{"idle in the hog's transaction", key, 300, 800, "hog", joinTagged},
-		{"pinned after COMMIT", key, 1100, 1400, "pin", joinTagged},
-		{"BEGIN a few ms after the sample", key, 1600, 1700, "batch", joinTagged},
-		{"BEGIN without a statement yet", key, 2100, 2200, "", joinNotYet},
-		{"server not read that far", key, 3100, 3200, "", joinNotYet},
-		{"thread id of another connection", attrib.BackendKey{Thread: 8, Local: key.Local}, 300, 800, "", joinNoConn},
-		{"address only (no extended_info)", attrib.BackendKey{Local: key.Local}, 300, 800, "hog", joinTagged},
-		{"thread id only", attrib.BackendKey{Thread: 7}, 300, 800, "hog", joinTagged},
+		{"thread and address", key, 7, true},
+		{"address only (no extended_info)", attrib.BackendKey{Local: key.Local}, 7, true},
+		{"thread id only", attrib.BackendKey{Thread: 8}, 8, true},
+		{"thread id of another server", attrib.BackendKey{Thread: 9}, 0, false},
+		{"address and thread disagree", attrib.BackendKey{Thread: 7, Local: attrib.HostPort{Host: "127.0.0.1", Port: 40001}}, 0, false},
 	} {
-		tag, res := j.tagOfIdle(c.key, ms(c.first), ms(c.last))
-		if tag != c.want || res != c.res {
-			t.Errorf("%s: got %q (%d), want %q (%d)", c.name, tag, res, c.want, c.res)
+		if id, ok := j.idOf(c.k); id != c.id || ok != c.ok {
+			t.Errorf("%s: %d %v, want %d %v", c.name, id, ok, c.id, c.ok)
 		}
 	}
-	// A connection id reused by another client (another HOST) forgets
-	// the old statements.
-	j.update(ms(3000), ms(3000), map[int64]string{7: "127.0.0.1:40001"}, nil)
-	if _, res := j.tagOfIdle(attrib.BackendKey{Thread: 7, Local: attrib.HostPort{Host: "127.0.0.1", Port: 40001}}, ms(300), ms(800)); res == joinTagged {
-		t.Error("a reused connection id kept the old connection's statements")
+	j.update(map[int64]string{7: "127.0.0.1:40000", 8: "localhost", 10: "127.0.0.1:40002", 11: "10.0.0.9:40000"})
+	j.want(ms(0), []attrib.BackendKey{key, {Thread: 9}})
+	j.want(ms(20_000), []attrib.BackendKey{{Thread: 8}})
+	// 10 connected from ProxySQL's address: read before it is first held.
+	if got := slices.Sorted(slices.Values(j.wantedIDs(ms(20_000)))); !slices.Equal(got, []int64{7, 8, 10}) {
+		t.Errorf("wanted %v, want 7, 8 (held) and 10 (from the held backend's host)", got)
+	}
+	if got := j.wantedIDs(ms(40_000)); !slices.Equal(got, []int64{8}) {
+		t.Errorf("30 s later: wanted %v, want only 8", got)
+	}
+
+	// A transaction open in a read before the sample and one after it.
+	read := func(start int, state string) trxjoin.Read {
+		return trxjoin.Read{Start: ms(start), End: ms(start + 5), Threads: map[int64]*trxjoin.Thread{7: {
+			ProcesslistID: 7, ThreadID: 70,
+			Trx: &trxjoin.Trx{EventID: 100, NestingEventID: 99, State: state},
+			Stmts: []trxjoin.Stmt{
+				{EventID: 99, EventName: "statement/sql/begin", Text: "BEGIN", Done: true},
+				{EventID: 101, EventName: "statement/sql/select", Text: "SELECT 1 /* conn_tag:hog */", NestingTrx: 100, Done: true},
+			}}}}
+	}
+	for n := range 30 {
+		j.addRead(read(n*1000, "ACTIVE"))
+	}
+	if n := len(j.reads); n > int(joinReadsKept/time.Second)+2 {
+		t.Errorf("%d reads kept, want about %v of them", n, joinReadsKept)
+	}
+	s := trxjoin.Sample{Start: ms(28_100), End: ms(28_110), InTrx: true}
+	r, ok := j.decide(attrib.BackendKey{Local: key.Local}, s)
+	if !ok || r.Tag != "hog" || r.Quality != trxjoin.Exact {
+		t.Errorf("decide: %+v %v, want hog, exact", r, ok)
+	}
+	if _, ok := j.decide(attrib.BackendKey{Thread: 9}, s); ok {
+		t.Error("decided a backend of another server")
+	}
+	if r, _ := j.decide(key, trxjoin.Sample{Start: ms(29_100), End: ms(29_110), InTrx: true}); !r.Pending {
+		t.Errorf("no read after the sample yet: %+v, want pending", r)
+	}
+	j.reset()
+	if len(j.reads) != 0 || len(j.wantedIDs(ms(40_000))) != 0 {
+		t.Error("reset kept reads or wanted ids")
 	}
 }
 
@@ -117,5 +146,78 @@ func TestTruncatedTextIsUnknown(t *testing.T) {
 	}
 	if _, tag := digestTag(string(make([]byte, digestTextCut)), true, nil); tag != UnknownTag {
 		t.Errorf("digest text cut at %d bytes: %q", digestTextCut, tag)
+	}
+}
+
+// TestServerJoinDegraded: a server that does not record transactions
+// (MariaDB's default) reads fine for the proxy↔server join, and the MySQL
+// source says what the join loses and the fix, only once a ProxySQL sample
+// asked for a backend; after the fix it is up again. Another collector's
+// reads of the same server are not counted as a client's statements.
+func TestServerJoinDegraded(t *testing.T) {
+	srv := privateServer(t, "--performance-schema-instrument=transaction=OFF",
+		"--performance-schema-consumer-events-transactions-current=OFF")
+	c, m := newServerTarget(t, srv.DSN(""), MinServerInterval)
+	_, other := newServerTarget(t, srv.DSN(""), MinServerInterval)
+	ctx := context.Background()
+	admin, err := sql.Open("mysql", srv.DSN(""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	conn, err := admin.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	var id int64
+	if err := conn.QueryRowContext(ctx, "SELECT CONNECTION_ID()").Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	pollOK(t, m)
+	pollOK(t, other)
+	if st := c.Sources()[0]; st.State != StateUp {
+		t.Fatalf("no ProxySQL asked yet: %+v, want up", st)
+	}
+	m.join.want(time.Now(), []attrib.BackendKey{{Thread: id}})
+	other.join.want(time.Now(), []attrib.BackendKey{{Thread: id}})
+	pollOK(t, m)
+	for range 3 {
+		pollOK(t, other)
+	}
+	pollOK(t, m)
+	st := c.Sources()[0]
+	reasons := map[string]string{}
+	for _, d := range st.Degraded {
+		reasons[d.Reason] = d.Fix
+	}
+	if st.State != StateDegraded ||
+		!strings.Contains(reasons[ReasonTrxInstrumentOff], "UPDATE performance_schema.setup_instruments SET ENABLED='YES', TIMED='YES' WHERE NAME='transaction'") ||
+		!strings.Contains(reasons[ReasonTrxInstrumentOff], "performance-schema-instrument='transaction=ON'") ||
+		!strings.Contains(reasons[ReasonTrxConsumerOff], "performance-schema-consumer-events-transactions-current=ON") {
+		t.Errorf("transactions not recorded: %+v, want degraded with both fixes", st)
+	}
+	if len(m.join.reads) == 0 || m.join.reads[len(m.join.reads)-1].Threads[id] == nil {
+		t.Errorf("the join's reads do not show connection %d", id)
+	}
+	c.st.mu.Lock()
+	for tag, e := range c.st.series[seriesKey{"db", SourceMySQL}].tags {
+		if e.total.Stmts > 0 {
+			t.Errorf("the other collector's join reads show as %d statements of %s", int(e.total.Stmts), tag)
+		}
+	}
+	c.st.mu.Unlock()
+
+	for _, q := range []string{
+		"UPDATE performance_schema.setup_instruments SET ENABLED='YES', TIMED='YES' WHERE NAME='transaction'",
+		"UPDATE performance_schema.setup_consumers SET ENABLED='YES' WHERE NAME='events_transactions_current'",
+	} {
+		if _, err := admin.ExecContext(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pollOK(t, m)
+	if st := c.Sources()[0]; st.State != StateUp {
+		t.Errorf("after the fix: %+v, want up", st)
 	}
 }

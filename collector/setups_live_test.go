@@ -158,7 +158,7 @@ func TestLiveProxySQLSetups(t *testing.T) {
 		for i, s := range setups {
 			before[i] = snapshot(s)
 		}
-		inner, outer := runSetupsWorkload(t, db, pinDB, 8*time.Second)
+		inner, outer := runSetupsWorkload(t, db, pinDB, issue13Workload, 8*time.Second)
 		if err := tp.ForceFlush(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -229,6 +229,25 @@ func TestLiveProxySQLSetups(t *testing.T) {
 	}
 }
 
+// setupsWorkload sizes the setups workload's clients.
+type setupsWorkload struct {
+	// hogs clients each run transactions idle hogIdle inside; with
+	// hogLock they lock a row of their own and update it (issue 13),
+	// without they run SELECT 1 (issue 22).
+	hogs    int
+	hogIdle time.Duration
+	hogLock bool
+	// autocommit clients run SELECT SLEEP(autocommitSleep) with random
+	// pauses; batch clients run three-statement transactions.
+	autocommit      int
+	autocommitSleep time.Duration
+	batch           int
+}
+
+// issue13Workload is TestLiveProxySQLSetups' workload.
+var issue13Workload = setupsWorkload{hogs: 2, hogIdle: 700 * time.Millisecond, hogLock: true,
+	autocommit: 2, autocommitSleep: 50 * time.Millisecond, batch: 1}
+
 // runSetupsWorkload runs the five tags for about dur through db and
 // returns the backend hold each tag's clients measured.
 //
@@ -239,7 +258,7 @@ func TestLiveProxySQLSetups(t *testing.T) {
 // first statement to the reply to the last). On an idle machine they are
 // within a few percent; under load (CI, the race detector) the client's
 // own overhead widens the bracket, not the collector's error.
-func runSetupsWorkload(t *testing.T, db, pinDB *sql.DB, dur time.Duration) (inner, outer map[string]float64) {
+func runSetupsWorkload(t *testing.T, db, pinDB *sql.DB, w setupsWorkload, dur time.Duration) (inner, outer map[string]float64) {
 	t.Helper()
 	var mu sync.Mutex
 	inner, outer = map[string]float64{}, map[string]float64{}
@@ -258,8 +277,8 @@ func runSetupsWorkload(t *testing.T, db, pinDB *sql.DB, dur time.Duration) (inne
 			}
 		})
 	}
-	// The hog: transactions held open idle 700 ms around a row lock.
-	for id := 1; id <= 2; id++ {
+	// The hog: transactions held open idle (around a row lock).
+	for id := 1; id <= w.hogs; id++ {
 		work("hog", func(ctx context.Context) error {
 			for time.Now().Before(deadline) {
 				start := time.Now()
@@ -270,12 +289,18 @@ func runSetupsWorkload(t *testing.T, db, pinDB *sql.DB, dur time.Duration) (inne
 				began := time.Now()
 				// Text protocol (literal id), as with interpolateParams:
 				// the prepared-statement tag has its own client below.
-				if _, err := tx.ExecContext(ctx, fmt.Sprintf("SELECT n FROM q WHERE id = %d FOR UPDATE", id)); err != nil {
+				q := "SELECT 1"
+				if w.hogLock {
+					q = fmt.Sprintf("SELECT n FROM q WHERE id = %d FOR UPDATE", id)
+				}
+				if _, err := tx.ExecContext(ctx, q); err != nil {
 					return err
 				}
-				time.Sleep(700 * time.Millisecond) // the workload: idle inside the transaction
-				if _, err := tx.ExecContext(ctx, fmt.Sprintf("UPDATE q SET n = n + 1 WHERE id = %d", id)); err != nil {
-					return err
+				time.Sleep(w.hogIdle) // the workload: idle inside the transaction
+				if w.hogLock {
+					if _, err := tx.ExecContext(ctx, fmt.Sprintf("UPDATE q SET n = n + 1 WHERE id = %d", id)); err != nil {
+						return err
+					}
 				}
 				committing := time.Now()
 				if err := tx.Commit(); err != nil {
@@ -290,44 +315,47 @@ func runSetupsWorkload(t *testing.T, db, pinDB *sql.DB, dur time.Duration) (inne
 	// Pauses are random so that the statements do not beat with the
 	// collector's sampling.
 	pause := func() { time.Sleep(time.Duration(10+rand.IntN(40)) * time.Millisecond) }
-	// Short autocommit statements, from two clients.
-	for range 2 {
+	// Short autocommit statements.
+	sleep := fmt.Sprintf("SELECT SLEEP(%g)", w.autocommitSleep.Seconds())
+	for range w.autocommit {
 		work("short_autocommit", func(ctx context.Context) error {
 			for time.Now().Before(deadline) {
 				start := time.Now()
-				if _, err := db.ExecContext(ctx, "SELECT SLEEP(0.05)"); err != nil {
+				if _, err := db.ExecContext(ctx, sleep); err != nil {
 					return err
 				}
-				bracket("short_autocommit", 50*time.Millisecond, time.Since(start))
+				bracket("short_autocommit", w.autocommitSleep, time.Since(start))
 				pause()
 			}
 			return nil
 		})
 	}
 	// Short multi-statement transactions.
-	work("batch_tx", func(ctx context.Context) error {
-		for time.Now().Before(deadline) {
-			start := time.Now()
-			tx, err := db.BeginTx(ctx, nil)
-			if err != nil {
-				return err
-			}
-			began := time.Now()
-			for range 3 {
-				if _, err := tx.ExecContext(ctx, "UPDATE q SET n = n + 1 WHERE id = 5"); err != nil {
+	for range w.batch {
+		work("batch_tx", func(ctx context.Context) error {
+			for time.Now().Before(deadline) {
+				start := time.Now()
+				tx, err := db.BeginTx(ctx, nil)
+				if err != nil {
 					return err
 				}
-				time.Sleep(20 * time.Millisecond)
+				began := time.Now()
+				for range 3 {
+					if _, err := tx.ExecContext(ctx, "UPDATE q SET n = n + 1 WHERE id = 5"); err != nil {
+						return err
+					}
+					time.Sleep(20 * time.Millisecond)
+				}
+				committing := time.Now()
+				if err := tx.Commit(); err != nil {
+					return err
+				}
+				bracket("batch_tx", committing.Sub(began), time.Since(start))
+				time.Sleep(40 * time.Millisecond)
 			}
-			committing := time.Now()
-			if err := tx.Commit(); err != nil {
-				return err
-			}
-			bracket("batch_tx", committing.Sub(began), time.Since(start))
-			time.Sleep(40 * time.Millisecond)
-		}
-		return nil
-	})
+			return nil
+		})
+	}
 	// A user variable pins the session's backend until it disconnects.
 	work("uvar_pin", func(ctx context.Context) error {
 		for time.Now().Add(2 * time.Second).Before(deadline) {

@@ -141,6 +141,9 @@ type series struct {
 	// degraded lists why an up source's figures are incomplete; nil when
 	// they are not.
 	degraded []Degradation
+	// joinHold is the hold the proxy↔server join named, by quality
+	// (exact, inferred, unknown).
+	joinHold map[string]float64
 	// lowerBound is the last time the source could not keep up and its
 	// statement count became a lower bound.
 	lowerBound time.Time
@@ -452,6 +455,17 @@ func (s *store) overflowed(target string, source Source, n int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.get(target, source).overflow += float64(n)
+}
+
+// joined counts sec of hold the proxy↔server join answered with quality.
+func (s *store) joined(target string, source Source, quality string, sec float64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sr := s.get(target, source)
+	if sr.joinHold == nil {
+		sr.joinHold = map[string]float64{}
+	}
+	sr.joinHold[quality] += sec
 }
 
 func (s *store) malformed(target string, source Source, n int) {

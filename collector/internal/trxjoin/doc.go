@@ -101,27 +101,23 @@
 //
 // # Integration
 //
-// The MySQL source (one per server) calls ReadServer on every poll with the
-// processlist ids of the backends ProxySQL shows held on that server (the
-// ids the ProxySQL sampler publishes: backends[].conn.mysql.thread_id of
-// sessions whose srv_host is this server, matched by l_srv_host:l_srv_port
-// as today), on its own connection, and keeps the reads that are no older
-// than the oldest unresolved sample plus one (a ring of a few seconds is
-// plenty). It passes Read.Setup.Degradations to the source's degraded
-// status.
-//
-// The ProxySQL sampler records for every session it sees idle with a
-// backend a Sample: Start and End are its own wall clock just before it sent
-// the stats_mysql_processlist query and just after it read the rows (the
-// same clock the MySQL source stamps reads with: time.Now in one process),
-// Backend is backends[].conn.mysql.thread_id, InTrx is true when ProxySQL
-// shows the session in a transaction (extended_info's backend
-// conn.status.transaction / the command "Sleep" with an open transaction),
-// false when multiplexing is disabled for another reason. It then calls
-// Decide with the server's reads; a Pending result is asked again after the
-// next read, a result still pending after a bound (say 5 s) is Unknown. It
-// counts hold by Result.Quality: Exact as the join's exact hold, Inferred in
-// the inferred metric and the source's status, Unknown as unknown.
+// The collector (collector/serverjoin.go) wires it through its board, never
+// a back-pointer between sources. The ProxySQL sampler leaves on each MySQL
+// target's serverJoin the backends each sample shows held (keys matched by
+// thread id and l_srv_host:l_srv_port against the server's processlist). The
+// MySQL source, on every poll and on its own connection, calls ReadServer
+// with those processlist ids and every other connection from the hosts they
+// connected from (so that the read before a fresh backend's first hold
+// already includes it), keeps the reads of the last 10 s, and publishes the
+// join's own setup degradations (transaction instrument and consumer) in its
+// degraded status. The sampler asks Decide about a run of samples of one
+// session idle on one borrow of a backend once the run has ended, with Start
+// the first sample's send time and End the last sample's read time, InTrx
+// when a sample showed the session in a transaction; a Pending result is
+// asked again at each sample for up to 5 s, then unknown. Hold is counted
+// by quality in holdtime_collector_server_join_hold_seconds_total and the
+// processlist source's status; an Unknown hold stays unknown (the sampler's
+// carried tag is dropped).
 //
 // How often to read: a hold is exact whenever a read falls inside its
 // idle span, or its transaction is open across two reads, so the poll
@@ -133,8 +129,9 @@
 // 4 backends costs about 5 ms on MariaDB 10.11 (the history_long scan about
 // 1.1 ms, setup_instruments about 0.5 ms), against 33 µs for SELECT 1.
 //
-// Setup items `holdtime doctor` must add (internal/doctor's setup list, and
-// so testenv's server arguments):
+// Setup items on internal/doctor's setup list (and so testenv's server
+// arguments), both recommended: without them transactions are found from
+// BEGIN in the statement history:
 //   - mysql.instruments.transaction: fix UPDATE
 //     performance_schema.setup_instruments SET ENABLED='YES', TIMED='YES'
 //     WHERE NAME='transaction'; my.cnf

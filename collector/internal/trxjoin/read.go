@@ -140,6 +140,11 @@ type Prepared struct {
 	Executes     int64 // COUNT_EXECUTE
 }
 
+// Marker starts the read's statement: the collector's marker
+// (collector.CollectorMarker), so that a collector polling the same server
+// never counts another's reads as a client's statements.
+const Marker = "/* holdtime:collector */ "
+
 // ErrNoPerformanceSchema is returned when the server has no
 // performance_schema tables to read (turned off, or not a MySQL server).
 var ErrNoPerformanceSchema = errors.New("trxjoin: performance_schema is not readable: start the server with performance_schema=ON and GRANT SELECT ON performance_schema.* to the collector's account")
@@ -164,7 +169,7 @@ func ReadServer(ctx context.Context, q Querier, ids []int64) (Read, error) {
 		}
 		list = string(b)
 	}
-	query := strings.Replace(readSQL, "/*ids*/", list, 1)
+	query := Marker + strings.Replace(readSQL, "/*ids*/", list, 1)
 	r := Read{Threads: map[int64]*Thread{}, Setup: Setup{Consumers: map[string]bool{}}}
 	r.Start = time.Now()
 	rows, err := q.QueryContext(ctx, query)

@@ -34,6 +34,13 @@ func BenchmarkFleetPolling(b *testing.B) {
 	testenv.RequireProxySQL(b)
 	d := testenv.NewDatabase(b)
 	fleet := testenv.NewProxySQLFleet(b, testenv.FleetOptions{ProxySQL: testenv.ProxySQLOptions{Backend: d.Target, Schema: d.Name}, N: 100})
+	// The fleet shares the collector's cores here, as it would not in
+	// production: at the lowest priority, it answers with what the
+	// collector leaves (the processlist polls of 100 instances cost them
+	// over a core of this machine).
+	for _, px := range fleet {
+		lowestPriority(b, px.Pid())
+	}
 	ctx := context.Background()
 	for _, px := range fleet {
 		db, err := sql.Open("mysql", px.AppDSN())
@@ -177,4 +184,22 @@ func machineBusySeconds() float64 {
 		}
 	}
 	return busy / clockTicks
+}
+
+// lowestPriority sets nice 19 on every thread of process pid (a thread's
+// priority is its own on Linux; threads made later inherit it from theirs).
+func lowestPriority(b *testing.B, pid int) {
+	tasks, err := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/task")
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, t := range tasks {
+		tid, err := strconv.Atoi(t.Name())
+		if err != nil {
+			continue
+		}
+		if err := syscall.Setpriority(syscall.PRIO_PROCESS, tid, 19); err != nil {
+			b.Fatalf("nice ProxySQL %d thread %d: %v", pid, tid, err)
+		}
+	}
 }

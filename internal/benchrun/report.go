@@ -308,12 +308,19 @@ func sections() []section {
 		intro: "`deploy/BenchmarkFleetPolling`: one collector polls 10, then 100, real ProxySQL 2.7.1 instances of one fleet " +
 			"(each a light target: one client session idle in a transaction holding a backend, one idle), with the stats " +
 			"account, at the default intervals (processlist 250 ms, pool 5 s, digests 10 s), for 20 s once every source has " +
-			"answered. cores = the collector process's CPU-seconds per second (the ProxySQLs are other processes); late polls " +
+			"answered; the fleet runs at nice 19, as if on other machines. cores = the collector process's CPU-seconds per " +
+			"second (the ProxySQLs are other processes); late polls " +
 			"= holdtime_collector_polls_late_total over every source in those 20 s; max lag = the largest " +
 			"holdtime_collector_poll_lag_seconds at the end. targets=10 is the per-target baseline of the same round.",
 		figures: []figure{
 			{name: "100 targets", baseline: "(absolute)", unit: "cores", value: metric(poll+"100", "cores"), target: "≤ 0.25", ok: atMost(0.25)},
-			{name: "100 targets: late polls", baseline: "(absolute)", unit: "polls", value: metric(poll+"100", "late_polls"), target: "0", ok: atMost(0)},
+			{name: "100 targets: late polls", baseline: "(absolute)", unit: "polls", value: metric(poll+"100", "late_polls"), target: "0", ok: atMost(0),
+				whyUnmet: "Why: here the 100 ProxySQLs run on the collector's own cores (at nice 19) and answering its polls costs them " +
+					"about a core (fleet_cores below); when the machine is busy too (machine busy near 2 cores), a poll waits for a ProxySQL " +
+					"that gets no CPU, and the next one starts late. The collector's own CPU is the cores row. Read the late polls " +
+					"with the machine-busy row of the same run."},
+			{name: "100 targets: the fleet's own CPU meanwhile", baseline: "(absolute)", unit: "cores", value: metric(poll+"100", "fleet_cores")},
+			{name: "100 targets: the machine's busy CPU meanwhile (every process)", baseline: "(absolute)", unit: "cores", value: metric(poll+"100", "machine_busy_cores")},
 			{name: "100 targets: largest poll lag at the end", baseline: "(absolute)", unit: "s", value: metric(poll+"100", "max_lag_s")},
 			{name: "100 targets, per target", baseline: "(absolute)", unit: "millicores", value: metric(poll+"100", "millicores/target")},
 			{name: "10 targets, per target", baseline: "(absolute)", unit: "millicores", value: metric(poll+"10", "millicores/target")},

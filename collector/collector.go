@@ -146,6 +146,12 @@ type OTLPConfig struct {
 	// this. Default 24 h. Whatever it is, a hold is credited at most the
 	// time since the collector started plus its shortest window (10 s).
 	MaxHold time.Duration
+	// Metrics also serves /v1/metrics (with Enabled): the app layer's
+	// figures then come from conntag's counters, exact whatever the spans
+	// do, and hold spans only name ProxySQL sessions (they add no figure,
+	// so no hold counts twice, and they may be sampled). Export the
+	// counters at least as often as the shortest window read (10 s).
+	Metrics bool
 }
 
 // DefaultOTLPMaxHold is OTLPConfig.MaxHold's default.
@@ -292,7 +298,8 @@ type Collector struct {
 	proxies []*proxysqlTarget
 	mysqls  []*mysqlTarget
 	otlp    *otlp.Receiver
-	router  *spanRouter // nil without the OTLP receiver
+	metrics *otlp.MetricsReceiver // nil unless OTLP.Metrics
+	router  *spanRouter           // nil without the OTLP receiver
 	board   *board
 	// pollSeconds is how long each poll took, failed ones included: the
 	// runner's, so every polled source has it.
@@ -386,7 +393,11 @@ func New(cfg Config) (*Collector, error) {
 	}
 	if cfg.OTLP.Enabled {
 		c.otlp = &otlp.Receiver{Sink: storeSink{c.st, cfg.OTLP.Target, SourceOTLP}, Router: c.router,
-			MaxTags: cfg.MaxTags, MaxBody: cfg.OTLP.MaxBodyBytes, MaxHold: cfg.OTLP.MaxHold, Started: time.Now()}
+			MaxTags: cfg.MaxTags, MaxBody: cfg.OTLP.MaxBodyBytes, MaxHold: cfg.OTLP.MaxHold, Started: time.Now(), HintsOnly: cfg.OTLP.Metrics}
+		if cfg.OTLP.Metrics {
+			c.metrics = &otlp.MetricsReceiver{Sink: storeSink{c.st, cfg.OTLP.Target, SourceOTLP},
+				MaxTags: cfg.MaxTags, MaxBody: cfg.OTLP.MaxBodyBytes, Started: c.otlp.Started}
+		}
 		if err := cfg.Registerer.Register(newSpanRouterMetrics(c.router, cfg.OTLP.Target)); err != nil {
 			c.closeTargets()
 			return nil, fmt.Errorf("register collector metrics: %w: give each Collector its own registry", err)
@@ -587,5 +598,5 @@ func recordPath(dir, target, file string) string {
 }
 
 // Handler serves /metrics, /api/v1/top, /healthz, /readyz and, with the
-// OTLP receiver on, /v1/traces.
+// OTLP receiver on, /v1/traces (and /v1/metrics with OTLPConfig.Metrics).
 func (c *Collector) Handler() http.Handler { return c.handler() }

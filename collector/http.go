@@ -31,6 +31,9 @@ func (c *Collector) handler() http.Handler {
 	if c.otlp != nil {
 		mux.Handle("POST /v1/traces", c.otlp)
 	}
+	if c.metrics != nil {
+		mux.Handle("POST /v1/metrics", c.metrics)
+	}
 	return mux
 }
 

@@ -295,7 +295,8 @@ func (m *MetricsReceiver) point(key []byte, kind counterKind, cumulative bool, p
 		return pointBadNumber
 	}
 	start, t := p.GetStartTimeUnixNano(), p.GetTimeUnixNano()
-	if t == 0 || t < start || t > math.MaxInt64 || time.Unix(0, int64(t)).After(now.Add(maxFuture)) {
+	if t == 0 || t < start || t > math.MaxInt64 || time.Unix(0, int64(t)).After(now.Add(maxFuture)) ||
+		!cumulative && t == start { // a delta covers an interval: an empty one would be credited at every replay
 		return pointBadTimes
 	}
 	s := m.series[string(key)] // no allocation: only a new series stores its key

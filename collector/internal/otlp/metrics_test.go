@@ -187,6 +187,8 @@ func TestMetricsCumulativeDeltas(t *testing.T) {
 			{req: export("a", sum(MetricHoldTime, delta, pt{tag: "checkout", start: 11, time: 21, value: 2}))},
 			{req: export("a", sum(MetricHoldTime, delta, pt{tag: "checkout", start: 11, time: 21, value: 2}))},
 			{req: export("a", sum(MetricHoldTime, delta, pt{tag: "checkout", start: 21, time: 31, value: 1}))},
+			// An empty interval is no delta: received again, it could not be told from new.
+			{req: export("a", sum(MetricHoldTime, delta, pt{tag: "checkout", start: 31, time: 31, value: 1})), rejected: 1},
 		}, map[string]float64{"checkout": 7}},
 		{"tags outside the grammar and missing tags are rejected, never guessed", []step{
 			{req: export("a", hold(pt{tag: "check out", start: 1, time: 11, value: 4}, pt{tag: "-", start: 1, time: 11, value: 4},

@@ -14,8 +14,9 @@
 // counts, exactly. Measured (BENCHMARKS.md, BenchmarkAppFigures, 3 rounds
 // on 2 shared cores): 11 to 15 µs of collector CPU per tag per export at
 // 10, 100 and 1,000 tags, about what 3 hold spans cost, three quarters of
-// it protobuf decoding. Counters cannot say which ProxySQL session a hold
-// went through. The figures land in the collector's windows when the
+// it protobuf decoding. conntag's counters include the holds in progress,
+// so a long hold counts as it goes, where its span counts only once it
+// ends. Counters cannot say which ProxySQL session a hold went through. The figures land in the collector's windows when the
 // export arrives: export at least as often as the shortest window read
 // (10 s for holdtime top's; the SDK's default is 60 s).
 //

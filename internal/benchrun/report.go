@@ -322,6 +322,8 @@ func sections() []section {
 			{name: "100 targets: the fleet's own CPU meanwhile", baseline: "(absolute)", unit: "cores", value: metric(poll+"100", "fleet_cores")},
 			{name: "100 targets: the machine's busy CPU meanwhile (every process)", baseline: "(absolute)", unit: "cores", value: metric(poll+"100", "machine_busy_cores")},
 			{name: "100 targets: largest poll lag at the end", baseline: "(absolute)", unit: "s", value: metric(poll+"100", "max_lag_s")},
+			{name: "100 targets: a processlist poll took, on average", baseline: "(absolute)", unit: "ms", value: metric(poll+"100", "poll_ms")},
+			{name: "10 targets: a processlist poll took, on average", baseline: "(absolute)", unit: "ms", value: metric(poll+"10", "poll_ms")},
 			{name: "100 targets, per target", baseline: "(absolute)", unit: "millicores", value: metric(poll+"100", "millicores/target")},
 			{name: "10 targets, per target", baseline: "(absolute)", unit: "millicores", value: metric(poll+"10", "millicores/target")},
 			{name: "per target: 100 targets / 10 targets", baseline: "10 targets, same round", unit: "×",

@@ -280,8 +280,8 @@ func parseDSN(dsn string, timeout time.Duration) (*mysql.Config, error) {
 }
 
 // board is where sources leave evidence for each other instead of reaching
-// into one another: each MySQL target's statements per backend thread (its
-// serverJoin), read by the ProxySQL targets' proxy↔server join. New fills
+// into one another: each MySQL target's reads of the backends the ProxySQL
+// targets showed held (its serverJoin), for the proxy↔server join. New fills
 // it before Run; it is read-only after. (App span hints reach their target
 // through the span router; events-log open tags stay within one ProxySQL
 // target.)
@@ -352,6 +352,7 @@ func New(cfg Config) (*Collector, error) {
 		}
 		c.mysqls = append(c.mysqls, t)
 		c.board.joins = append(c.board.joins, t.join)
+		t.join.proxied = len(cfg.ProxySQL) > 0
 		if c.router.mysqlHinted(cfg, m.Name) {
 			c.router.connect(cfg, c.router.mysqlKeys[m.Name], t.hint)
 		}

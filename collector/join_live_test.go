@@ -27,9 +27,10 @@ var issue22Workload = setupsWorkload{hogs: 4, hogIdle: 200 * time.Millisecond,
 // proxy↔server join: the admin + MySQL setup only (no events log, no
 // spans; testenv starts the server with exactly the README's setup list),
 // the issue's workload through a real ProxySQL while a CPU burner keeps
-// both cores busy, three rounds. Per round, every tag holding at least 1 s
-// must get a proxy-layer hold within 10 % of what its clients measured;
-// hold credited to a tag beyond what its clients could have held (the
+// both cores busy, three rounds, then a fourth without the burner. Per
+// round, every tag holding at least 1 s must get a proxy-layer hold within
+// 10 % (5 % without the burner) of what its clients measured; hold
+// credited to a tag beyond what its clients could have held (the
 // wrong-tag share, a lower bound of misattribution) at most 2 % of the
 // total; unknown at most 1 %; the hog ranked first.
 func TestLiveProxySQLJoinUnderLoad(t *testing.T) {
@@ -52,7 +53,7 @@ func TestLiveProxySQLJoinUnderLoad(t *testing.T) {
 		}
 	}
 	warmProxySQL(t, px)
-	startBurners(t, 2)
+	stopBurners := startBurners(t, 2)
 
 	c, err := New(Config{
 		ProxySQL: []ProxySQLConfig{{Name: "px", DSN: px.AdminDSN(), ClientAddress: px.AppAddr,
@@ -98,7 +99,12 @@ func TestLiveProxySQLJoinUnderLoad(t *testing.T) {
 		}
 		return holds, joinQualities(sr)
 	}
-	for round := 1; round <= 3; round++ {
+	for round := 1; round <= 4; round++ {
+		allowed := 0.10
+		if round == 4 {
+			stopBurners()
+			allowed = 0.05
+		}
 		before, qBefore := snapshot()
 		inner, outer := runSetupsWorkload(t, db, pinDB, issue22Workload, 8*time.Second)
 		waitSettled(t, polls, func() string { h, _ := snapshot(); return fmt.Sprint(h) })
@@ -114,7 +120,9 @@ func TestLiveProxySQLJoinUnderLoad(t *testing.T) {
 		// Hold a tag got beyond what its clients could have held went to
 		// it from another tag (or from nowhere): a lower bound of the hold
 		// credited to wrong tags.
-		var wrong float64
+		// Hold a tag got short of what its clients certainly held went to
+		// unknown, to other tags, or was missed (logged, not asserted).
+		var wrong, short float64
 		for tag, v := range got {
 			switch {
 			case slices.Contains(setupTags, tag):
@@ -122,6 +130,9 @@ func TestLiveProxySQLJoinUnderLoad(t *testing.T) {
 			case tag != UnknownTag && tag != UntaggedTag:
 				wrong += v
 			}
+		}
+		for _, tag := range setupTags {
+			short += max(0, inner[tag]-got[tag])
 		}
 		unknown := got[UnknownTag] + got[UntaggedTag]
 		quality := map[string]float64{}
@@ -131,15 +142,15 @@ func TestLiveProxySQLJoinUnderLoad(t *testing.T) {
 		t.Logf("round %d: clients: held at least %s", round, fmtHolds(inner))
 		t.Logf("round %d: clients: held at most  %s", round, fmtHolds(outer))
 		t.Logf("round %d: collector: %s", round, fmtHolds(got))
-		t.Logf("round %d: wrong tags %.2f s (%.1f %%), unknown %.2f s (%.1f %%) of %.2f s; server join: %s",
-			round, wrong, 100*wrong/sum, unknown, 100*unknown/sum, sum, fmtHolds(quality))
+		t.Logf("round %d: wrong tags %.2f s (%.1f %%), unknown %.2f s (%.1f %%) of %.2f s; short of the clients %.2f s (%.1f %%); server join: %s",
+			round, wrong, 100*wrong/sum, unknown, 100*unknown/sum, sum, short, 100*short/sum, fmtHolds(quality))
 		for _, tag := range setupTags {
 			lo, hi := inner[tag], outer[tag]
 			if hi < 1 {
 				continue
 			}
-			if got[tag] < 0.9*lo || got[tag] > 1.1*hi {
-				t.Errorf("round %d: %s held %.2f s, the clients measured %.2f s to %.2f s (10 %% allowed)", round, tag, got[tag], lo, hi)
+			if got[tag] < (1-allowed)*lo || got[tag] > (1+allowed)*hi {
+				t.Errorf("round %d: %s held %.2f s, the clients measured %.2f s to %.2f s (%.0f %% allowed)", round, tag, got[tag], lo, hi, 100*allowed)
 			}
 		}
 		if wrong > 0.02*sum {
@@ -171,18 +182,25 @@ func joinQualities(sr *series) map[string]float64 {
 	return out
 }
 
-// startBurners keeps n CPUs busy until the test ends: shell loops, killed
-// (by their own process ids) at cleanup.
-func startBurners(t *testing.T, n int) {
+// startBurners keeps n CPUs busy until stop is called or the test ends:
+// shell loops, killed by their own process ids.
+func startBurners(t *testing.T, n int) (stop func()) {
 	t.Helper()
+	var cmds []*exec.Cmd
+	stop = func() {
+		for _, cmd := range cmds {
+			cmd.Process.Signal(syscall.SIGKILL)
+			cmd.Wait()
+		}
+		cmds = nil
+	}
+	t.Cleanup(stop)
 	for range n {
 		cmd := exec.Command("sh", "-c", "while :; do :; done")
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() {
-			cmd.Process.Signal(syscall.SIGKILL)
-			cmd.Wait()
-		})
+		cmds = append(cmds, cmd)
 	}
+	return stop
 }

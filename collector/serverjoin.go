@@ -27,26 +27,34 @@ import (
 // sample may stay pending (joinPendingMax) plus a poll.
 const joinReadsKept = 10 * time.Second
 
-// joinWantedFor is how long a backend the sampler saw held stays read, and
-// every connection from the address ProxySQL connects from: the read
-// before a sample must already include its backend, and a pooled backend
-// (or a new one ProxySQL opens) is taken soon.
+// joinWantedFor is how long a backend the sampler saw held stays read: the
+// read before a sample must already include its backend, and a pooled
+// backend is taken again soon. Every connection from a host ProxySQL
+// connects from is read too (a new backend, before its first hold), and,
+// until a sample has shown one, every connection up to joinReadAll.
 const joinWantedFor = 30 * time.Second
+
+// joinReadAll bounds the connections read before any ProxySQL sample has
+// shown the host its backends connect from.
+const joinReadAll = 256
 
 // serverJoin is what one MySQL target shares with the ProxySQL targets of
 // the same collector, under its own lock.
 type serverJoin struct {
-	mu     sync.Mutex
-	listed map[int64]string // processlist id -> HOST without its port
-	byHost map[attrib.HostPort]int64
-	wanted map[int64]time.Time  // processlist id -> when a sampler last showed it held
-	from   map[string]time.Time // the hosts those backends connected from, when
-	reads  []trxjoin.Read       // by Start
+	// proxied is set (before Run) when the collector has ProxySQL targets:
+	// without, nothing is read.
+	proxied bool
+	mu      sync.Mutex
+	listed  map[int64]string // processlist id -> HOST without its port
+	byHost  map[attrib.HostPort]int64
+	wanted  map[int64]time.Time // processlist id -> when a sampler last showed it held
+	from    map[string]bool     // the hosts those backends connected from
+	reads   []trxjoin.Read      // by Start
 }
 
 func newServerJoin() *serverJoin {
 	return &serverJoin{listed: map[int64]string{}, byHost: map[attrib.HostPort]int64{}, wanted: map[int64]time.Time{},
-		from: map[string]time.Time{}}
+		from: map[string]bool{}}
 }
 
 // update replaces the connection list: hosts maps the listed connection
@@ -102,22 +110,21 @@ func (j *serverJoin) want(at time.Time, keys []attrib.BackendKey) {
 		if id, ok := j.idOf(k); ok {
 			j.wanted[id] = at
 			if k.Local.Host != "" {
-				j.from[k.Local.Host] = at
+				j.from[k.Local.Host] = true
 			}
 		}
 	}
 }
 
 // wantedIDs lists the processlist ids to read now: the backends shown held
-// and the connections from their hosts, within joinWantedFor.
+// within joinWantedFor and the connections from their hosts; before any
+// host is known, every listed connection (up to joinReadAll).
 func (j *serverJoin) wantedIDs(now time.Time) []int64 {
+	if !j.proxied {
+		return nil
+	}
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	for h, at := range j.from {
-		if now.Sub(at) > joinWantedFor {
-			delete(j.from, h)
-		}
-	}
 	ids := make([]int64, 0, len(j.wanted))
 	for id, at := range j.wanted {
 		if now.Sub(at) > joinWantedFor {
@@ -127,7 +134,7 @@ func (j *serverJoin) wantedIDs(now time.Time) []int64 {
 		ids = append(ids, id)
 	}
 	for id, h := range j.listed {
-		if _, ok := j.from[h]; ok && j.wanted[id].IsZero() {
+		if (len(j.from) == 0 && len(ids) < joinReadAll || j.from[h]) && j.wanted[id].IsZero() {
 			ids = append(ids, id)
 		}
 	}

@@ -42,14 +42,21 @@ func TestServerJoinBoard(t *testing.T) {
 		}
 	}
 	j.update(map[int64]string{7: "127.0.0.1:40000", 8: "localhost", 10: "127.0.0.1:40002", 11: "10.0.0.9:40000"})
+	if got := j.wantedIDs(ms(0)); len(got) != 0 {
+		t.Errorf("no ProxySQL target: wanted %v, want none", got)
+	}
+	j.proxied = true
+	if got := j.wantedIDs(ms(0)); len(got) != 4 {
+		t.Errorf("before any sample showed a backend: wanted %v, want every listed connection", got)
+	}
 	j.want(ms(0), []attrib.BackendKey{key, {Thread: 9}})
 	j.want(ms(20_000), []attrib.BackendKey{{Thread: 8}})
 	// 10 connected from ProxySQL's address: read before it is first held.
 	if got := slices.Sorted(slices.Values(j.wantedIDs(ms(20_000)))); !slices.Equal(got, []int64{7, 8, 10}) {
 		t.Errorf("wanted %v, want 7, 8 (held) and 10 (from the held backend's host)", got)
 	}
-	if got := j.wantedIDs(ms(40_000)); !slices.Equal(got, []int64{8}) {
-		t.Errorf("30 s later: wanted %v, want only 8", got)
+	if got := slices.Sorted(slices.Values(j.wantedIDs(ms(40_000)))); !slices.Equal(got, []int64{7, 8, 10}) {
+		t.Errorf("30 s later: wanted %v, want 8 (held) and 7 and 10 (from ProxySQL's host)", got)
 	}
 
 	// A transaction open in a read before the sample and one after it.
@@ -80,7 +87,7 @@ func TestServerJoinBoard(t *testing.T) {
 		t.Errorf("no read after the sample yet: %+v, want pending", r)
 	}
 	j.reset()
-	if len(j.reads) != 0 || len(j.wantedIDs(ms(40_000))) != 0 {
+	if len(j.reads) != 0 || len(j.wanted) != 0 || len(j.from) != 0 {
 		t.Error("reset kept reads or wanted ids")
 	}
 }
@@ -151,8 +158,8 @@ func TestTruncatedTextIsUnknown(t *testing.T) {
 
 // TestServerJoinDegraded: a server that does not record transactions
 // (MariaDB's default) reads fine for the proxy↔server join, and the MySQL
-// source says what the join loses and the fix, only once a ProxySQL sample
-// asked for a backend; after the fix it is up again. Another collector's
+// source says what the join loses and the fix, only beside a ProxySQL
+// target; after the fix it is up again. Another collector's
 // reads of the same server are not counted as a client's statements.
 func TestServerJoinDegraded(t *testing.T) {
 	srv := privateServer(t, "--performance-schema-instrument=transaction=OFF",
@@ -179,6 +186,8 @@ func TestServerJoinDegraded(t *testing.T) {
 	if st := c.Sources()[0]; st.State != StateUp {
 		t.Fatalf("no ProxySQL asked yet: %+v, want up", st)
 	}
+	// As with a ProxySQL target beside them, whose sample showed id held.
+	m.join.proxied, other.join.proxied = true, true
 	m.join.want(time.Now(), []attrib.BackendKey{{Thread: id}})
 	other.join.want(time.Now(), []attrib.BackendKey{{Thread: id}})
 	pollOK(t, m)

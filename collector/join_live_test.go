@@ -6,11 +6,15 @@ import (
 	"fmt"
 	"os/exec"
 	"slices"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+	"go.opentelemetry.io/otel/attribute"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/holdtime/holdtime/conntag"
 	"github.com/holdtime/holdtime/testenv"
@@ -64,6 +68,15 @@ func TestLiveProxySQLJoinUnderLoad(t *testing.T) {
 		t.Fatal(err)
 	}
 	polls := countPolls(c)
+	// The truth, hold by hold: every client hold span names its tag and
+	// its ProxySQL session; every credit of the sampler names its session
+	// and samples. A credit whose samples fall in a client hold of another
+	// tag went to a wrong tag.
+	credits := &creditLog{}
+	c.proxies[0].sessions.onCredit = credits.add
+	spans := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(spans))
+	t.Cleanup(func() { tp.Shutdown(context.Background()) })
 	rctx, stop := context.WithCancel(ctx)
 	done := make(chan error)
 	go func() { done <- c.Run(rctx) }()
@@ -76,7 +89,7 @@ func TestLiveProxySQLJoinUnderLoad(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		db := conntag.OpenDB(connector, conntag.WithoutMetrics())
+		db := conntag.OpenDB(connector, conntag.WithTracerProvider(tp), conntag.WithSessionID(), conntag.WithoutMetrics())
 		t.Cleanup(func() { db.Close() })
 		db.SetMaxOpenConns(20)
 		db.SetMaxIdleConns(maxIdle)
@@ -106,9 +119,15 @@ func TestLiveProxySQLJoinUnderLoad(t *testing.T) {
 			allowed = 0.05
 		}
 		before, qBefore := snapshot()
+		credits.reset()
+		spans.Reset()
 		inner, outer := runSetupsWorkload(t, db, pinDB, issue22Workload, 8*time.Second)
 		waitSettled(t, polls, func() string { h, _ := snapshot(); return fmt.Sprint(h) })
 		after, qAfter := snapshot()
+		if err := tp.ForceFlush(ctx); err != nil {
+			t.Fatal(err)
+		}
+		truth := credits.judge(spans.GetSpans())
 		got := map[string]float64{}
 		var sum float64
 		for tag, v := range after {
@@ -142,8 +161,10 @@ func TestLiveProxySQLJoinUnderLoad(t *testing.T) {
 		t.Logf("round %d: clients: held at least %s", round, fmtHolds(inner))
 		t.Logf("round %d: clients: held at most  %s", round, fmtHolds(outer))
 		t.Logf("round %d: collector: %s", round, fmtHolds(got))
-		t.Logf("round %d: wrong tags %.2f s (%.1f %%), unknown %.2f s (%.1f %%) of %.2f s; short of the clients %.2f s (%.1f %%); server join: %s",
+		t.Logf("round %d: beyond the clients' bracket %.2f s (%.1f %%), unknown %.2f s (%.1f %%) of %.2f s; short of the clients %.2f s (%.1f %%); server join: %s",
 			round, wrong, 100*wrong/sum, unknown, 100*unknown/sum, sum, short, 100*short/sum, fmtHolds(quality))
+		t.Logf("round %d: hold by hold: wrong tag %.2f s (%.1f %%) of %.2f s credited (%.2f s in no client hold); wrong by tag given: %s",
+			round, truth.wrong, 100*truth.wrong/truth.total, truth.total, truth.nohold, fmtHolds(truth.byTag))
 		for _, tag := range setupTags {
 			lo, hi := inner[tag], outer[tag]
 			if hi < 1 {
@@ -153,8 +174,9 @@ func TestLiveProxySQLJoinUnderLoad(t *testing.T) {
 				t.Errorf("round %d: %s held %.2f s, the clients measured %.2f s to %.2f s (%.0f %% allowed)", round, tag, got[tag], lo, hi, 100*allowed)
 			}
 		}
-		if wrong > 0.02*sum {
-			t.Errorf("round %d: %.2f s of %.2f s went to wrong tags (2 %% allowed)", round, wrong, sum)
+		if wrong > 0.02*sum || truth.wrong > 0.02*truth.total {
+			t.Errorf("round %d: %.2f s of %.2f s beyond the clients' bracket, %.2f s of %.2f s credited to another tag than the client hold's (2 %% allowed)",
+				round, wrong, sum, truth.wrong, truth.total)
 		}
 		if unknown > 0.01*sum {
 			t.Errorf("round %d: unknown %.2f s and untagged %.2f s of %.2f s (1 %% allowed)", round, got[UnknownTag], got[UntaggedTag], sum)
@@ -170,6 +192,94 @@ func TestLiveProxySQLJoinUnderLoad(t *testing.T) {
 	if len(resp.Rows) == 0 || resp.Rows[0].Tag != "hog" {
 		t.Errorf("/api/v1/top ranks %v first, not the hog", resp.Rows)
 	}
+}
+
+// creditLog keeps what the sampler credited, for judging against the
+// clients' hold spans.
+type creditLog struct {
+	mu sync.Mutex
+	cs []credit
+}
+
+type credit struct {
+	session     int64
+	first, last time.Time
+	tag         string
+	hold        float64
+}
+
+func (l *creditLog) add(session int64, first, last time.Time, tag string, hold float64) {
+	if hold <= 0 || tag == UnknownTag {
+		return
+	}
+	l.mu.Lock()
+	l.cs = append(l.cs, credit{session, first, last, tag, hold})
+	l.mu.Unlock()
+}
+
+func (l *creditLog) reset() {
+	l.mu.Lock()
+	l.cs = nil
+	l.mu.Unlock()
+}
+
+// creditTruth is how the credits compare with the clients' holds.
+type creditTruth struct {
+	total, wrong, nohold float64
+	byTag                map[string]float64 // wrong seconds by the tag given
+}
+
+// judge compares each credit with the hold spans of its session: the
+// middle of its samples (a run of samples is one hold of the backend) must
+// fall in a client hold of the same tag. ProxySQL's snapshot is taken
+// between sending its query and reading the answer, a few milliseconds:
+// a hold within that slack counts.
+func (l *creditLog) judge(spans tracetest.SpanStubs) creditTruth {
+	type hold struct {
+		start, end time.Time
+		tag        string
+	}
+	bySession := map[int64][]hold{}
+	for _, sp := range spans {
+		if sp.Name != "db.connection.hold" {
+			continue
+		}
+		var id int64
+		var tag string
+		for _, a := range sp.Attributes {
+			switch a.Key {
+			case "holdtime.session_id":
+				id = a.Value.AsInt64()
+			case attribute.Key(conntag.AttrConnTag):
+				tag = a.Value.AsString()
+			}
+		}
+		if id != 0 {
+			bySession[id] = append(bySession[id], hold{sp.StartTime, sp.EndTime, tag})
+		}
+	}
+	const slack = 10 * time.Millisecond
+	ct := creditTruth{byTag: map[string]float64{}}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, c := range l.cs {
+		ct.total += c.hold
+		mid := c.first.Add(c.last.Sub(c.first) / 2)
+		var in []string
+		for _, h := range bySession[c.session] {
+			if !mid.Before(h.start.Add(-slack)) && !mid.After(h.end.Add(slack)) {
+				in = append(in, h.tag)
+			}
+		}
+		switch {
+		case len(in) == 0:
+			ct.nohold += c.hold
+		case !slices.Contains(in, c.tag):
+			ct.wrong += c.hold
+			ct.byTag[c.tag] += c.hold
+		}
+	}
+	return ct
 }
 
 // joinQualities is the proxy↔server join's hold by quality, when the

@@ -169,6 +169,9 @@ type proxysqlSessions struct {
 	waiting  int                  // sessions waiting for a backend in the sample credited
 	waitLog  map[int64][]waitSample
 	overflow int64 // attr.Overflow() already counted in the store
+	// onCredit, when set (tests), sees every sampled hold credited to a
+	// tag: a session's run of samples from first to last.
+	onCredit func(session int64, first, last time.Time, tag string, hold float64)
 }
 
 // sessionHint is what an app hold span says of a session (source.Hint).
@@ -278,6 +281,9 @@ func (p *proxysqlSessions) addSampled(h *SampledHold) {
 	d := p.delta(p.batch, h.Tag)
 	d.Add(&f)
 	d.Obs++
+	if p.onCredit != nil {
+		p.onCredit(h.SessionID, h.At, h.At, h.Tag, f.Hold)
+	}
 	p.sessions[h.Tag]++
 	if reason != "" {
 		if d.PinnedSecs == nil {
@@ -356,7 +362,9 @@ func (p *proxysqlSessions) resolveWhere(id int64, tag string, match func(*pendin
 	kept := runs[:0]
 	for _, pu := range runs {
 		if match(pu) {
-			p.resolve(pu, tag)
+			if got := p.resolve(pu, tag); p.onCredit != nil {
+				p.onCredit(id, pu.first, pu.last, got, pu.f.Hold)
+			}
 		} else {
 			kept = append(kept, pu)
 		}
@@ -370,8 +378,8 @@ func (p *proxysqlSessions) resolveWhere(id int64, tag string, match func(*pendin
 }
 
 // resolve moves a pending run to tag; "" is its fallback: the carried
-// tag, else unknown.
-func (p *proxysqlSessions) resolve(pu *pendingUnknown, tag string) {
+// tag, else unknown. It returns the tag given.
+func (p *proxysqlSessions) resolve(pu *pendingUnknown, tag string) string {
 	if tag == "" {
 		tag = cmp.Or(pu.fallback, UnknownTag)
 	}
@@ -390,6 +398,7 @@ func (p *proxysqlSessions) resolve(pu *pendingUnknown, tag string) {
 		}
 		d.PinnedSecs[r] += v
 	}
+	return tag
 }
 
 // addHold receives the events log's holds (under mu).

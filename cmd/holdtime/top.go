@@ -32,6 +32,7 @@ type topCmd struct {
 
 	collectorURL string
 	replayDir    string
+	prometheus   string
 	at           string
 	proxysqlDSNs []string
 	mysqlDSNs    []string
@@ -93,7 +94,12 @@ answer). Until a layer covers 2s its occupancy shows "warming". If the collector
 cannot be reached, top says DOWN and retries every interval. q quits (also Ctrl-C).
 
 It reads a running collector (--collector http://127.0.0.1:9479), or polls ProxySQL's
-admin interface and/or MySQL directly with no daemon (--proxysql, --mysql), or plays
+admin interface and/or MySQL directly with no daemon (--proxysql, --mysql), or reads
+a Prometheus that scrapes one or more collectors (--prometheus http://127.0.0.1:9090):
+each layer's figures (holdtime_collector_layer_*, the headline source's) summed per
+tag over collectors and targets, a ProxySQL or MySQL target watched by two collectors
+counted once (the larger), the app layer summed (each app exports to one collector);
+the window must hold two scrapes (a 15s scrape interval needs --window 1m). Or it plays
 back a recording made by holdtime collect --record DIR (--replay DIR): the proxy
 layer as the collector ranked it at each recorded instant, from the processlist
 samples, and from the events log when a copy of it is in the target's directory
@@ -118,6 +124,7 @@ a ';' goes on the command line instead.`,
   holdtime top --mysql 'monitor:secret@tcp(db:3306)/' --window 10s
   holdtime top --collector http://127.0.0.1:9479 --layer server
   holdtime top --replay ./rec --at 14:03:20
+  holdtime top --prometheus http://127.0.0.1:9090 --window 1m
   holdtime top --proxysql 'admin:admin@tcp(127.0.0.1:6032)/' --once --json`,
 		Args: noArgs("give a running collector with --collector URL, or DSNs to poll with --mysql or --proxysql (quote a DSN: its parentheses are special to the shell)"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -133,6 +140,7 @@ a ';' goes on the command line instead.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&t.collectorURL, "collector", "", "URL of a running collector")
+	f.StringVar(&t.prometheus, "prometheus", "", "URL of a Prometheus scraping one or more collectors: per-tag figures summed over collectors and targets, each target counted once")
 	f.StringVar(&t.replayDir, "replay", "", "play back a `holdtime collect --record` directory instead of watching live")
 	f.StringVar(&t.at, "at", "", "with --replay: the instant to show first (15:04:05 on the recording's day, RFC 3339, or +DURATION from its start); --once and --json print that instant (default: the end)")
 	f.StringArrayVar(&t.proxysqlDSNs, "proxysql", nil, "ProxySQL admin DSN to poll directly, [NAME=]user:pass@tcp(host:6032)/ (repeatable)")
@@ -147,8 +155,8 @@ a ';' goes on the command line instead.`,
 	f.BoolVar(&t.once, "once", false, "print one table and exit")
 	f.BoolVar(&t.jsonOut, "json", false, "print JSON (one document per refresh)")
 	f.StringVar(&t.color, "color", "auto", "colour: auto (on a terminal), always, never")
-	f.StringVar(&t.token, "token", "", "bearer token of a collector run with --token (better: HOLDTIME_TOKEN)")
-	f.StringVar(&t.caCert, "ca-cert", "", "PEM certificate(s) to trust for an https collector, besides the system's (a self-signed one)")
+	f.StringVar(&t.token, "token", "", "bearer token of a collector run with --token, or of --prometheus (better: HOLDTIME_TOKEN)")
+	f.StringVar(&t.caCert, "ca-cert", "", "PEM certificate(s) to trust for an https collector or Prometheus, besides the system's (a self-signed one)")
 	f.SetAnnotation("proxysql", dsnAnnotation, []string{"optional-name"})
 	f.SetAnnotation("mysql", dsnAnnotation, []string{"optional-name"})
 	return cmd
@@ -165,6 +173,16 @@ func (t *topCmd) validate() error {
 			return errors.New("--collector: the value given is not a URL: give an http(s) URL such as http://127.0.0.1:9479")
 		case u.Scheme != "http" && u.Scheme != "https" || u.Host == "":
 			return fmt.Errorf("--collector %s is not an http(s) URL such as http://127.0.0.1:9479", u.Redacted())
+		}
+	}
+	if t.prometheus != "" {
+		sources++
+		u, err := url.Parse(t.prometheus)
+		switch {
+		case err != nil:
+			return errors.New("--prometheus: the value given is not a URL: give an http(s) URL such as http://127.0.0.1:9090")
+		case u.Scheme != "http" && u.Scheme != "https" || u.Host == "":
+			return fmt.Errorf("--prometheus %s is not an http(s) URL such as http://127.0.0.1:9090", u.Redacted())
 		}
 	}
 	if t.replayDir != "" {
@@ -184,9 +202,9 @@ func (t *topCmd) validate() error {
 	}
 	switch {
 	case sources == 0:
-		return errors.New("nothing to watch: give --collector URL, --proxysql/--mysql DSNs to poll directly, or --replay DIR to play a recording back")
+		return errors.New("nothing to watch: give --collector URL, --proxysql/--mysql DSNs to poll directly, --prometheus URL, or --replay DIR to play a recording back")
 	case sources > 1:
-		return errors.New("give one of --collector, --proxysql/--mysql or --replay")
+		return errors.New("give one of --collector, --proxysql/--mysql, --prometheus or --replay")
 	}
 	if _, ok := map[string]bool{"10s": true, "1m": true, "5m": true}[t.window]; !ok {
 		return fmt.Errorf("--window %q: use 10s, 1m or 5m", t.window)
@@ -249,7 +267,17 @@ func (t *topCmd) run(ctx context.Context) error {
 	if t.replayDir != "" {
 		return t.runReplay(ctx)
 	}
-	if t.collectorURL != "" {
+	if t.prometheus != "" {
+		hc, err := collectorHTTPClient(t.token, t.caCert)
+		if err != nil {
+			return err
+		}
+		p, err := newPromTop(t.prometheus, hc)
+		if err != nil {
+			return err
+		}
+		src, down = p, "prometheus"
+	} else if t.collectorURL != "" {
 		hc, err := collectorHTTPClient(t.token, t.caCert)
 		if err != nil {
 			return err

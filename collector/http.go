@@ -16,6 +16,7 @@ func (c *Collector) handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(c.cfg.Gatherer, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /api/v1/top", c.serveTop)
+	mux.HandleFunc("GET /api/v1/tag", c.serveTagDetail) // detail.go
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Write([]byte("ok\n"))
 	})

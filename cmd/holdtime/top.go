@@ -655,6 +655,10 @@ func (h httpTop) top(ctx context.Context, q collector.TopQuery) (collector.TopRe
 	return h.c.Top(ctx, q)
 }
 
+func (h httpTop) tagDetail(ctx context.Context, tag string) (collector.TagDetail, error) {
+	return h.c.TagDetail(ctx, tag)
+}
+
 func unwrapURLError(err error) error {
 	var ue *url.Error
 	if errors.As(err, &ue) {

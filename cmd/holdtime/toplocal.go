@@ -151,6 +151,10 @@ func (l *localTop) top(_ context.Context, q collector.TopQuery) (collector.TopRe
 	return l.c.TopReport(q)
 }
 
+func (l *localTop) tagDetail(_ context.Context, tag string) (collector.TagDetail, error) {
+	return l.c.TagDetail(tag), nil
+}
+
 // waitCovered waits at least least, then until every layer's figures cover
 // minCovered (rates over less are not shown), for at most timeout.
 func (l *localTop) waitCovered(ctx context.Context, q collector.TopQuery, least, timeout time.Duration) error {

@@ -179,6 +179,23 @@ func TestTopPrometheusSumsCollectorsWithoutDoubleCounting(t *testing.T) {
 		t.Errorf("three answers in a row off by more than %.0f%% + %.2f (logged above)", rel*100, abs)
 	}
 
+	// The drill-down's detail from a collector of a ProxySQL: the hog's
+	// sessions in the latest sample, idle in its transactions.
+	var detail collector.TagDetail
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if detail, err = cols[1].TagDetail(ctx, "hog"); err != nil {
+			t.Fatal(err)
+		}
+		if len(detail.Sessions) > 0 && detail.Sessions[0].State == "idle" {
+			break
+		}
+	}
+	if len(detail.Sessions) == 0 || detail.Sessions[0].Target != "px2" || detail.Sessions[0].State != "idle" || detail.Sessions[0].SessionID == 0 ||
+		len(detail.Transactions) == 0 || detail.Transactions[0].Target != "db" || len(detail.Unknown) == 0 {
+		t.Errorf("px2's collector details the hog as %+v; want its idle session on px2 and its transaction on db", detail)
+	}
+	t.Logf("detail of hog: %+v", detail)
+
 	// The command as a person runs it.
 	bin := buildHoldtime(t)
 	out, err := exec.Command(bin, "top", "--prometheus", prom.URL, "--window", "10s", "--once", "--json").Output()

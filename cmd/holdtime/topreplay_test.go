@@ -191,7 +191,10 @@ func TestTopReplayShowsTheHogWhereTheLiveRunDid(t *testing.T) {
 		}
 		fullCompared++
 		// Sampling noise: holds of about 0.35 s credited at one sample
-		// (250 ms) or the next.
+		// (250 ms) or the next, and the live collector's own lag, which
+		// varies with load: quiet, the figures agreed within 3 %; beside
+		// the whole package's tests under -race on two cores, within 16 %
+		// (the live collector credits a late read of the log at once).
 		for i, lr := range s.resp.Rows {
 			if i == 3 {
 				break
@@ -202,7 +205,7 @@ func TestTopReplayShowsTheHogWhereTheLiveRunDid(t *testing.T) {
 					rr = &got.Rows[j]
 				}
 			}
-			if rr == nil || math.Abs(rr.Occupancy-lr.Occupancy) > 0.1*lr.Occupancy+0.05 {
+			if rr == nil || math.Abs(rr.Occupancy-lr.Occupancy) > 0.2*lr.Occupancy+0.1 {
 				t.Errorf("at %s %s: live occupancy %.3f, replay %+v", s.at.Format(time.RFC3339Nano), lr.Tag, lr.Occupancy, rr)
 			}
 		}

@@ -3,6 +3,7 @@ package main
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -61,6 +62,20 @@ type answerMsg struct {
 	at   time.Time
 }
 
+// detailMsg is the drilled tag's detail (/api/v1/tag).
+type detailMsg struct {
+	tag string
+	d   collector.TagDetail
+	err error
+}
+
+// tagDetailer is a source that can say more of one tag than its row: a
+// collector (its /api/v1/tag, or in-process). A recording and Prometheus
+// cannot.
+type tagDetailer interface {
+	tagDetail(ctx context.Context, tag string) (collector.TagDetail, error)
+}
+
 // tickMsg asks for the next refresh.
 type tickMsg struct{}
 
@@ -91,6 +106,8 @@ type topModel struct {
 	filterBuf string
 	filterErr string
 	drill     string // the tag drilled into; "" at the table
+	detail    *collector.TagDetail
+	detailErr error
 
 	// With --replay: the playback clock, the jump prompt, the end.
 	replay  *replayPlayer
@@ -155,9 +172,17 @@ func (m *topModel) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 			m.followSelection()
 		}
 		if m.replay != nil {
-			return m, nil // the replay's ticks run on their own
+			return m, m.fetchDetail() // the replay's ticks run on their own
 		}
-		return m, m.scheduleTick()
+		return m, tea.Batch(m.scheduleTick(), m.fetchDetail())
+	case detailMsg:
+		if msg.tag == m.drill {
+			m.detailErr = msg.err
+			if msg.err == nil {
+				m.detail = &msg.d
+			}
+		}
+		return m, nil
 	case tickMsg:
 		if m.replay != nil && !m.paused {
 			if m.replay.advance(m.t.interval) {
@@ -295,7 +320,8 @@ func (m *topModel) key(k tea.KeyMsg) (tea.Model, tea.Cmd) {
 		m.move(1 << 30)
 	case "enter":
 		if rows := m.rows(); m.drill == "" && m.selected < len(rows) {
-			m.drill = rows[m.selected].Tag
+			m.drill, m.detail, m.detailErr = rows[m.selected].Tag, nil, nil
+			return m, m.fetchDetail()
 		}
 	case "a", "p", "s", "m":
 		m.t.layer = map[string]string{"a": "app", "p": "proxy", "s": "server", "m": collector.LayerMax}[s]
@@ -319,6 +345,19 @@ func (m *topModel) key(k tea.KeyMsg) (tea.Model, tea.Cmd) {
 		}
 	}
 	return m, nil
+}
+
+// fetchDetail asks for the drilled tag's detail, when the source has any.
+func (m *topModel) fetchDetail() tea.Cmd {
+	td, ok := m.src.(tagDetailer)
+	if m.drill == "" || !ok || m.paused && m.detail != nil {
+		return nil
+	}
+	tag, ctx := m.drill, m.ctx
+	return func() tea.Msg {
+		d, err := td.tagDetail(ctx, tag)
+		return detailMsg{tag: tag, d: d, err: err}
+	}
 }
 
 // seek moves the replay's cursor and shows the recording there.
@@ -588,6 +627,97 @@ func (m *topModel) viewDrill(b *strings.Builder) {
 			plain(statementsCell(src, sf.Statements)), plain(fmt.Sprintf("%.0f", sf.Errors)))
 	}
 	st.write(b, w, m.color)
+	m.viewDetail(b)
+}
+
+// viewDetail draws what the source says of the drilled tag beyond its row:
+// sessions holding now, pins, transactions, locks, waits, deadlocks.
+func (m *topModel) viewDetail(b *strings.Builder) {
+	w := m.width
+	section := func(title string) { printLine(b, w, m.color, plain("")); printLine(b, w, m.color, cell{title, "1"}) }
+	if _, ok := m.src.(tagDetailer); !ok {
+		section("now")
+		what := "a recording"
+		if m.down == "prometheus" {
+			what = "Prometheus"
+		}
+		printLine(b, w, m.color, plain("sessions, pins, transactions and locks of the tag come from a collector's /api/v1/tag; "+what+" has only the figures above"))
+		return
+	}
+	switch {
+	case errors.Is(m.detailErr, collector.ErrNoTagDetail):
+		section("now")
+		printLine(b, w, m.color, plain("this collector does not serve /api/v1/tag (an older holdtime): the figures above are all it has"))
+		return
+	case m.detailErr != nil:
+		section("now")
+		printLine(b, w, m.color, cell{"detail: " + m.detailErr.Error(), "31"})
+		return
+	case m.detail == nil:
+		section("now")
+		printLine(b, w, m.color, plain("asking the collector…"))
+		return
+	}
+	d := m.detail
+	section(fmt.Sprintf("ProxySQL sessions holding now (%d)", len(d.Sessions)))
+	if len(d.Sessions) > 0 {
+		tb := &table{left: map[int]bool{0: true, 2: true, 3: true, 5: true, 7: true}}
+		tb.add(plain("TARGET"), plain("SESSION"), plain("STATE"), plain("PINNED BY"), plain("BACKEND THREAD"), plain("USER"), plain("HOSTGROUP"), plain("TAG FROM"))
+		for _, s := range d.Sessions {
+			thread := "-"
+			if s.BackendThread > 0 {
+				thread = fmt.Sprint(s.BackendThread)
+			}
+			tb.add(plain(s.Target), plain(fmt.Sprint(s.SessionID)), plain(s.State), plain(cmp.Or(s.PinReason, "-")), plain(thread),
+				plain(cmp.Or(s.User, "-")), plain(fmt.Sprint(s.Hostgroup)), plain(s.TagFrom))
+		}
+		tb.write(b, w, m.color)
+	}
+	if len(d.Pins) > 0 {
+		section("pinned backends (idle with a backend attached), by reason")
+		tb := &table{left: map[int]bool{0: true, 1: true}}
+		tb.add(plain("TARGET"), plain("REASON"), plain("SESSIONS"))
+		for _, p := range d.Pins {
+			tb.add(plain(p.Target), plain(p.Reason), plain(fmt.Sprint(p.Sessions)))
+		}
+		tb.write(b, w, m.color)
+	}
+	if len(d.Transactions) > 0 {
+		section("open transactions")
+		tb := &table{left: map[int]bool{0: true}}
+		tb.add(plain("TARGET"), plain("OPEN"), plain("OLDEST s"), plain("ROWS LOCKED"))
+		for _, t := range d.Transactions {
+			tb.add(plain(t.Target), plain(fmt.Sprint(t.Open)), plain(fmt.Sprintf("%.1f", t.OldestSeconds)), plain(fmt.Sprint(t.RowsLocked)))
+		}
+		tb.write(b, w, m.color)
+	}
+	if len(d.Locks) > 0 {
+		section("locks")
+		tb := &table{left: map[int]bool{0: true, 1: true, 2: true}}
+		tb.add(plain("TARGET"), plain("KIND"), plain("STATE"), plain("COUNT"))
+		for _, l := range d.Locks {
+			tb.add(plain(l.Target), plain(l.Kind), plain(l.State), plain(fmt.Sprint(l.Count)))
+		}
+		tb.write(b, w, m.color)
+	}
+	if len(d.LockWaits) > 0 || len(d.Deadlocks) > 0 {
+		section("lock waits and deadlocks")
+		tb := &table{left: map[int]bool{0: true, 1: true, 2: true, 3: true}}
+		tb.add(plain("TARGET"), plain("WHAT"), plain("WAITER / VICTIM"), plain("BLOCKER / OTHER"), plain("COUNT"))
+		for _, lw := range d.LockWaits {
+			tb.add(plain(lw.Target), plain("waits now"), plain(lw.WaiterTag), plain(lw.BlockerTag), plain(fmt.Sprint(lw.Waits)))
+		}
+		for _, dl := range d.Deadlocks {
+			tb.add(plain(dl.Target), plain("deadlocks"), plain(dl.VictimTag), plain(dl.OtherTag), plain(fmt.Sprintf("%.0f", dl.Count)))
+		}
+		tb.write(b, w, m.color)
+	}
+	if len(d.Unknown) > 0 {
+		section("not known yet")
+		for _, u := range d.Unknown {
+			printLine(b, w, m.color, plain("  "+u))
+		}
+	}
 }
 
 // statementsCell is "-" where the source cannot count statements: the

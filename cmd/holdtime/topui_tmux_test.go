@@ -209,6 +209,14 @@ func TestTopConsoleInATerminal(t *testing.T) {
 			t.Errorf("drill-down lacks %q:\n%s", want, s)
 		}
 	}
+	// What the collector says of the hog now: its open transactions (the
+	// hog is in one most of the time), and what it cannot tell yet.
+	s = p.waitFor("the hog's open transactions", func(s string) bool {
+		return strings.Contains(s, "open transactions") && strings.Contains(s, "ProxySQL sessions holding now (0)")
+	})
+	if f := rowFields(s, "db"); len(f) < 4 || f[1] == "0" {
+		t.Errorf("the hog's transactions row is %v:\n%s", f, s)
+	}
 	p.keys("Escape")
 	p.waitFor("the table again", func(s string) bool { return strings.Contains(s, "rows ") && !strings.Contains(s, "tag hog") })
 

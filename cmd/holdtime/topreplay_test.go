@@ -155,9 +155,6 @@ func TestTopReplayShowsTheHogWhereTheLiveRunDid(t *testing.T) {
 		live, replay := s.resp.Rows[0], got.Rows[0]
 		t.Logf("%s live %s %.2f (%s), replay %s %.2f; covered live %.1f s, replay %.1f s", s.at.Format("15:04:05.000"),
 			live.Tag, live.Occupancy, live.Source, replay.Tag, replay.Occupancy, s.resp.CoveredSeconds, got.CoveredSeconds)
-		if math.Abs(got.CoveredSeconds-s.resp.CoveredSeconds) > 0.5 {
-			t.Errorf("at %s covered: live %.2f s, replay %.2f s", s.at.Format(time.RFC3339Nano), s.resp.CoveredSeconds, got.CoveredSeconds)
-		}
 		// The live collector reads the events log as ProxySQL flushes it,
 		// about a second behind (measured here: while the window fills
 		// after the collector's start, the live figures trail the replay's
@@ -168,6 +165,16 @@ func TestTopReplayShowsTheHogWhereTheLiveRunDid(t *testing.T) {
 		// sampling noise. Before, the ranking must agree where the live
 		// lead is larger than a second of every session's hold.
 		full := s.resp.CoveredSeconds >= 9.5
+		// The recording begins at the first processlist poll, which can
+		// come a second or more after the live collector began tailing the
+		// events log (loaded: 1.5 s): while the window fills the two cover
+		// different spans, and a replay under 2 s shows "warming".
+		if full && math.Abs(got.CoveredSeconds-s.resp.CoveredSeconds) > 0.5 {
+			t.Errorf("at %s covered: live %.2f s, replay %.2f s", s.at.Format(time.RFC3339Nano), s.resp.CoveredSeconds, got.CoveredSeconds)
+		}
+		if !full && got.CoveredSeconds < minCovered.Seconds() {
+			continue
+		}
 		if !full {
 			second := 0.0
 			if len(s.resp.Rows) > 1 {

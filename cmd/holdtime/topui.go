@@ -29,7 +29,7 @@ import (
 // topKeys is the key table: the help screen and the README show it.
 var topKeys = []struct{ keys, what string }{
 	{"↑ ↓ k j, PgUp PgDn, Home End", "move the selection (the table scrolls)"},
-	{"Enter", "drill into the selected tag: its figures per layer and per source"},
+	{"Enter", "drill into the selected tag: its figures per layer and per source, and what the collector knows of it now (sessions, pins, transactions, locks)"},
 	{"Esc", "back (from the drill-down, the help, the filter); at the table, quit"},
 	{"O H I A S E N T", "sort by occupancy, hold, idle share, active, statements, errors, sessions, tag"},
 	{"< >", "sort by the previous / next column"},

@@ -3,6 +3,7 @@ package otlp
 import (
 	"cmp"
 	"fmt"
+	"hash/maphash"
 	"math"
 	"net/http"
 	"slices"
@@ -77,6 +78,13 @@ const (
 	// exports every 60 s by default, and one that restarts starts new
 	// series (a new start time).
 	seriesIdle = 10 * time.Minute
+	// The rate bound measures a point's interval on the receiver's clock
+	// too, never only on the sender's: a new series' interval is at most
+	// the receiver's age plus ageSlack, a known series' at most the time
+	// since the receiver last heard of it plus exportSlack (an export
+	// delayed by retries arrives late, the next one on time).
+	ageSlack    = 10 * time.Second
+	exportSlack = time.Minute
 )
 
 // MetricsReceiver takes conntag's counters over OTLP/HTTP (/v1/metrics,
@@ -92,13 +100,16 @@ const (
 // a new series, and so are two app replicas whose resources are alike.
 // Cumulative points are turned into deltas against the last point of
 // their series: the first point of a series that began counting before
-// Started is only its baseline (what it counted before cannot be placed
-// in time); one that began after Started is credited whole. A point no
+// Started, or more than 10 minutes before that point, is only its
+// baseline (what it counted before cannot be placed in time, or was
+// credited before the receiver forgot the series); one that began after
+// Started is credited whole. A point no
 // newer than the last one of its series (a retry, a duplicate, an export
 // out of order) adds nothing. Delta points are credited as they come,
 // unless they overlap the last one of their series. A counter that goes
 // down without a new start time, grows faster than physics allows
-// (MaxConnections, MaxOpsRate), or is not a finite non-negative number is
+// (MaxConnections, MaxOpsRate, over its interval as the receiver's own
+// clock bounds it: a sender's old timestamps buy nothing), or is not a finite non-negative number is
 // rejected, never guessed, and so is a series whose conn_tag is missing or
 // outside the tag grammar.
 type MetricsReceiver struct {
@@ -118,9 +129,16 @@ type MetricsReceiver struct {
 	Now func() time.Time
 
 	mu        sync.Mutex
-	series    map[string]*series
+	series    map[seriesKey]*series
+	seeds     [2]maphash.Seed
 	lastSweep time.Time
 }
+
+// seriesKey is a 128-bit hash of a series' identity (resource, metric,
+// point attributes, start time): fixed-size, so a resource with large
+// attributes costs its series nothing more (stored whole, one 200 KB
+// attribute times thousands of tags was gigabytes).
+type seriesKey [2]uint64
 
 // series is what is remembered of one counter series.
 type series struct {
@@ -215,7 +233,8 @@ func (m *MetricsReceiver) ingest(req *colmetrics.ExportMetricsServiceRequest) po
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.series == nil {
-		m.series = map[string]*series{}
+		m.series = map[seriesKey]*series{}
+		m.seeds = [2]maphash.Seed{maphash.MakeSeed(), maphash.MakeSeed()}
 	}
 	for _, rm := range req.GetResourceMetrics() {
 		key = appendAttrs(key[:0], rm.GetResource().GetAttributes())
@@ -299,7 +318,12 @@ func (m *MetricsReceiver) point(key []byte, kind counterKind, cumulative bool, p
 		!cumulative && t == start { // a delta covers an interval: an empty one would be credited at every replay
 		return pointBadTimes
 	}
-	s := m.series[string(key)] // no allocation: only a new series stores its key
+	k := seriesKey{maphash.Bytes(m.seeds[0], key), maphash.Bytes(m.seeds[1], key)}
+	s := m.series[k]
+	var prevSeen time.Time // when the receiver last heard of the series
+	if s != nil {
+		prevSeen = s.seen
+	}
 	var delta float64
 	var from uint64 // where the delta's interval begins
 	switch {
@@ -307,9 +331,14 @@ func (m *MetricsReceiver) point(key []byte, kind counterKind, cumulative bool, p
 		return pointTooMany
 	case s == nil:
 		s = &series{last: t, value: v, seen: now}
-		m.series[string(key)] = s
-		if cumulative && (start == 0 || m.Started.IsZero() || time.Unix(0, int64(start)).Before(m.Started)) {
-			return pointOK // a baseline: what it counted before is not placed in time
+		m.series[k] = s
+		// A baseline: what it counted before is not placed in time. So is
+		// the first point of a series older than seriesIdle: it may be one
+		// this receiver forgot after seriesIdle without a point, and
+		// crediting it whole would count its past twice.
+		if cumulative && (start == 0 || m.Started.IsZero() || time.Unix(0, int64(start)).Before(m.Started) ||
+			t-start >= uint64(seriesIdle)) {
+			return pointOK
 		}
 		if !cumulative {
 			s.value = 0
@@ -336,7 +365,14 @@ func (m *MetricsReceiver) point(key []byte, kind counterKind, cumulative bool, p
 	if from == 0 || from > t {
 		from = t
 	}
-	elapsed := float64(t-from)/1e9 + 1 // a second of slack for clock granularity
+	span := float64(t-from) / 1e9
+	if !m.Started.IsZero() {
+		span = min(span, now.Sub(m.Started).Seconds()+ageSlack.Seconds())
+	}
+	if !prevSeen.IsZero() {
+		span = min(span, now.Sub(prevSeen).Seconds()+exportSlack.Seconds())
+	}
+	elapsed := max(span, 0) + 1 // a second of slack for clock granularity
 	limit := cmp.Or(m.MaxOpsRate, DefaultMaxOpsRate)
 	if kind == kindHold || kind == kindActive || kind == kindIdle {
 		limit = cmp.Or(m.MaxConnections, DefaultMaxConnections)

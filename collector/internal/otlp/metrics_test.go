@@ -3,9 +3,11 @@ package otlp
 import (
 	"bytes"
 	"compress/gzip"
+	"fmt"
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -355,4 +357,100 @@ func TestMetricsHTTP(t *testing.T) {
 	if sink.success != 3 || sink.malformed != 2 {
 		t.Fatalf("%d successes, %d malformed: want 3 and 2", sink.success, sink.malformed)
 	}
+}
+
+// TestMetricsOldTimestampsBuyNothing: the rate bound measures a point's
+// interval on the receiver's clock too. A delta point that claims to start
+// 40 years ago, or a cumulative baseline dated 40 years ago, cannot credit
+// more than the receiver's age (or the time since it last heard of the
+// series) allows.
+func TestMetricsOldTimestampsBuyNothing(t *testing.T) {
+	const years40 = -40 * 365 * 86400
+	for name, steps := range map[string][]*colmetrics.ExportMetricsServiceRequest{
+		"a delta point starting 40 years ago": {
+			export("a", sum(MetricHoldTime, delta, pt{tag: "checkout", start: years40, time: 11, value: 1e12})),
+		},
+		"a cumulative baseline dated 40 years ago": {
+			export("a", hold(pt{tag: "checkout", start: noStart, time: years40, value: 0})),
+			export("a", hold(pt{tag: "checkout", start: noStart, time: 11, value: 1e12})),
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			sink := newRecordingSink()
+			m := newTestReceiver(sink)
+			var rejected int64
+			for _, req := range steps {
+				rejected += m.ingest(req).n[pointTooFast]
+			}
+			if got := sink.figures("checkout").Hold; got != 0 || rejected != 1 {
+				t.Errorf("credited %v s of hold, %d points rejected as too fast; want 0 and 1", got, rejected)
+			}
+		})
+	}
+	// What the receiver's clock allows still counts: 10 connections over
+	// the 60 s since the receiver last heard of the series.
+	sink := newRecordingSink()
+	m := newTestReceiver(sink)
+	now := t0.Add(time.Hour)
+	m.Now = func() time.Time { return now }
+	m.ingest(export("a", hold(pt{tag: "checkout", start: noStart, time: years40, value: 0})))
+	now = now.Add(time.Minute)
+	if rej := m.ingest(export("a", hold(pt{tag: "checkout", start: noStart, time: 11, value: 600}))); rej.total() != 0 {
+		t.Fatal(rej.message())
+	}
+	if got := sink.figures("checkout").Hold; got != 600 {
+		t.Errorf("credited %v s, want 600", got)
+	}
+}
+
+// TestMetricsForgottenSeriesIsNotCreditedTwice: an app started after the
+// receiver goes quiet for longer than the receiver remembers a series (a
+// partition, a paused pod); when it comes back, its counter's past is not
+// credited a second time. What it counted while unseen cannot be placed
+// in time and is not credited either: a lower figure, never a doubled one.
+func TestMetricsForgottenSeriesIsNotCreditedTwice(t *testing.T) {
+	sink := newRecordingSink()
+	m := newTestReceiver(sink)
+	now := t0.Add(70 * time.Second)
+	m.Now = func() time.Time { return now }
+	m.ingest(export("a", hold(pt{tag: "checkout", start: 30, time: 60, value: 30})))
+	now = now.Add(15 * time.Minute)
+	m.ingest(export("b")) // another app's export: the sweep forgets "a"'s series
+	if m.Series() != 0 {
+		t.Fatalf("%d series remembered after 15 minutes unseen, want 0", m.Series())
+	}
+	m.ingest(export("a", hold(pt{tag: "checkout", start: 30, time: 960, value: 40})))
+	now = now.Add(time.Minute)
+	m.ingest(export("a", hold(pt{tag: "checkout", start: 30, time: 1020, value: 45})))
+	if got := sink.figures("checkout").Hold; got != 35 {
+		t.Errorf("credited %v s; want 35 (30 before the gap, 5 after it; the 10 of the gap cannot be placed, the 30 must not count twice)", got)
+	}
+}
+
+// TestMetricsSeriesMemoryIsBoundedByCount: a resource with a 200 KB
+// attribute and 200 tags costs what 200 series cost, not 200 copies of
+// the attribute.
+func TestMetricsSeriesMemoryIsBoundedByCount(t *testing.T) {
+	m := newTestReceiver(newRecordingSink())
+	var points []pt
+	for i := range 200 {
+		points = append(points, pt{tag: fmt.Sprintf("t%d", i), start: 1, time: 11, value: 1})
+	}
+	req := export("a", hold(points...))
+	req.ResourceMetrics[0].Resource.Attributes = append(req.ResourceMetrics[0].Resource.Attributes, kv("big", strings.Repeat("x", 200<<10)))
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	if rej := m.ingest(req); rej.total() != 0 {
+		t.Fatal(rej.message())
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	if m.Series() != 200 {
+		t.Fatalf("%d series, want 200", m.Series())
+	}
+	if grew := int64(after.HeapAlloc) - int64(before.HeapAlloc); grew > 2<<20 {
+		t.Errorf("200 series kept %d KB of heap; want well under 2 MB (a copy of the 200 KB attribute per series is 40 MB)", grew>>10)
+	}
+	runtime.KeepAlive(req)
 }

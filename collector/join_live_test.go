@@ -34,9 +34,9 @@ var issue22Workload = setupsWorkload{hogs: 4, hogIdle: 200 * time.Millisecond,
 // both cores busy, three rounds, then a fourth without the burner. Per
 // round, every tag holding at least 1 s must get a proxy-layer hold within
 // 10 % (5 % without the burner) of what its clients measured; hold
-// credited to a tag beyond what its clients could have held (the
-// wrong-tag share, a lower bound of misattribution) at most 2 % of the
-// total; unknown at most 1 %; the hog ranked first.
+// credited to another tag than the client hold of its session at the
+// time (judged hold by hold against conntag's hold spans) at most 2 % of
+// the total; unknown at most 1 %; the hog ranked first.
 func TestLiveProxySQLJoinUnderLoad(t *testing.T) {
 	skipTimingUnderRace(t)
 	testenv.RequireProxySQL(t)
@@ -163,8 +163,8 @@ func TestLiveProxySQLJoinUnderLoad(t *testing.T) {
 		t.Logf("round %d: collector: %s", round, fmtHolds(got))
 		t.Logf("round %d: beyond the clients' bracket %.2f s (%.1f %%), unknown %.2f s (%.1f %%) of %.2f s; short of the clients %.2f s (%.1f %%); server join: %s",
 			round, wrong, 100*wrong/sum, unknown, 100*unknown/sum, sum, short, 100*short/sum, fmtHolds(quality))
-		t.Logf("round %d: hold by hold: wrong tag %.2f s (%.1f %%) of %.2f s credited (%.2f s in no client hold); wrong by tag given: %s",
-			round, truth.wrong, 100*truth.wrong/truth.total, truth.total, truth.nohold, fmtHolds(truth.byTag))
+		t.Logf("round %d: hold by hold: wrong tag %.2f s (%.1f %%) of %.2f s credited (%.2f s in no client hold); wrong by how the tag was given: %s; unknown by how: %s",
+			round, truth.wrong, 100*truth.wrong/truth.total, truth.total, truth.nohold, fmtHolds(truth.byHow), fmtHolds(truth.unknown))
 		for _, tag := range setupTags {
 			lo, hi := inner[tag], outer[tag]
 			if hi < 1 {
@@ -174,15 +174,22 @@ func TestLiveProxySQLJoinUnderLoad(t *testing.T) {
 				t.Errorf("round %d: %s held %.2f s, the clients measured %.2f s to %.2f s (%.0f %% allowed)", round, tag, got[tag], lo, hi, 100*allowed)
 			}
 		}
-		if wrong > 0.02*sum || truth.wrong > 0.02*truth.total {
-			t.Errorf("round %d: %.2f s of %.2f s beyond the clients' bracket, %.2f s of %.2f s credited to another tag than the client hold's (2 %% allowed)",
-				round, wrong, sum, truth.wrong, truth.total)
+		if truth.wrong > 0.02*truth.total {
+			t.Errorf("round %d: %.2f s of %.2f s credited to another tag than the client hold's (2 %% allowed)", round, truth.wrong, truth.total)
 		}
 		if unknown > 0.01*sum {
 			t.Errorf("round %d: unknown %.2f s and untagged %.2f s of %.2f s (1 %% allowed)", round, got[UnknownTag], got[UntaggedTag], sum)
 		}
-		if top := topTag(got); top != "hog" {
-			t.Errorf("round %d: %s ranks first, not the hog", round, top)
+		// The workload makes the hog the largest holder; a machine loaded
+		// far beyond the burner can slow the hogs' clients until it is not
+		// (the clients say so): the collector must rank first what the
+		// clients held most.
+		mid := map[string]float64{}
+		for tag := range outer {
+			mid[tag] = (inner[tag] + outer[tag]) / 2
+		}
+		if want, top := topTag(mid), topTag(got); top != want || want != "hog" {
+			t.Errorf("round %d: %s ranks first; the clients held most under %s, and the workload means it to be the hog", round, top, want)
 		}
 	}
 	resp, err := c.TopReport(TopQuery{Window: 5 * time.Minute})
@@ -191,6 +198,21 @@ func TestLiveProxySQLJoinUnderLoad(t *testing.T) {
 	}
 	if len(resp.Rows) == 0 || resp.Rows[0].Tag != "hog" {
 		t.Errorf("/api/v1/top ranks %v first, not the hog", resp.Rows)
+	}
+	// The join's quality is in the processlist source's status and in
+	// /metrics, the same figures.
+	got, _ := gather(t, c)
+	var status map[string]float64
+	for _, ss := range c.Sources() {
+		if ss.Target == "px" && ss.Source == SourceProxySQLProcesslist {
+			status = ss.ServerJoin
+		}
+	}
+	for _, q := range []string{"exact", "inferred", "unknown"} {
+		m := got[`holdtime_collector_server_join_hold_seconds_total{quality="`+q+`",target="px"}`]
+		if m != status[q] || q == "exact" && m <= 0 {
+			t.Errorf("server join %s: /metrics %.2f s, status %.2f s", q, m, status[q])
+		}
 	}
 }
 
@@ -202,18 +224,19 @@ type creditLog struct {
 }
 
 type credit struct {
-	session     int64
-	first, last time.Time
-	tag         string
-	hold        float64
+	session    int64
+	first, end time.Time
+	tag        string
+	hold       float64
+	how        string
 }
 
-func (l *creditLog) add(session int64, first, last time.Time, tag string, hold float64) {
-	if hold <= 0 || tag == UnknownTag {
+func (l *creditLog) add(session int64, first, end time.Time, tag string, hold float64, how string) {
+	if hold <= 0 {
 		return
 	}
 	l.mu.Lock()
-	l.cs = append(l.cs, credit{session, first, last, tag, hold})
+	l.cs = append(l.cs, credit{session, first, end, tag, hold, how})
 	l.mu.Unlock()
 }
 
@@ -226,14 +249,15 @@ func (l *creditLog) reset() {
 // creditTruth is how the credits compare with the clients' holds.
 type creditTruth struct {
 	total, wrong, nohold float64
-	byTag                map[string]float64 // wrong seconds by the tag given
+	byHow                map[string]float64 // wrong seconds by how the tag was given
+	unknown              map[string]float64 // unknown seconds by how
 }
 
-// judge compares each credit with the hold spans of its session: the
-// middle of its samples (a run of samples is one hold of the backend) must
-// fall in a client hold of the same tag. ProxySQL's snapshot is taken
-// between sending its query and reading the answer, a few milliseconds:
-// a hold within that slack counts.
+// judge compares each credit with the hold spans of its session. A
+// credit's samples were taken by ProxySQL somewhere between sending the
+// first query and reading the last answer (first..end): the credit went to
+// a wrong tag when client holds of its session overlap that span and none
+// of them has its tag.
 func (l *creditLog) judge(spans tracetest.SpanStubs) creditTruth {
 	type hold struct {
 		start, end time.Time
@@ -258,16 +282,18 @@ func (l *creditLog) judge(spans tracetest.SpanStubs) creditTruth {
 			bySession[id] = append(bySession[id], hold{sp.StartTime, sp.EndTime, tag})
 		}
 	}
-	const slack = 10 * time.Millisecond
-	ct := creditTruth{byTag: map[string]float64{}}
+	ct := creditTruth{byHow: map[string]float64{}, unknown: map[string]float64{}}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, c := range l.cs {
+		if c.tag == UnknownTag {
+			ct.unknown[c.how] += c.hold
+			continue
+		}
 		ct.total += c.hold
-		mid := c.first.Add(c.last.Sub(c.first) / 2)
 		var in []string
 		for _, h := range bySession[c.session] {
-			if !mid.Before(h.start.Add(-slack)) && !mid.After(h.end.Add(slack)) {
+			if !c.first.After(h.end) && !c.end.Before(h.start) {
 				in = append(in, h.tag)
 			}
 		}
@@ -276,7 +302,7 @@ func (l *creditLog) judge(spans tracetest.SpanStubs) creditTruth {
 			ct.nohold += c.hold
 		case !slices.Contains(in, c.tag):
 			ct.wrong += c.hold
-			ct.byTag[c.tag] += c.hold
+			ct.byHow[c.how] += c.hold
 		}
 	}
 	return ct

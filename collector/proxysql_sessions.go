@@ -105,8 +105,9 @@ type pendingUnknown struct {
 	// transaction; joined once the join has answered (exact, inferred or
 	// unknown), counted in holdtime_collector_server_join_hold_seconds_total;
 	// joinPending while it answers pending (the run then waits up to
-	// joinPendingMax, even past the grace period).
+	// joinPendingMax, even past the grace period); quality is the join's.
 	inTrx, joined, joinPending bool
+	quality                    trxjoin.Quality
 	// fallback is the carried tag of the run's first sample: what the run
 	// gets when no exact source names it within the grace period; ""
 	// means unknown.
@@ -170,8 +171,10 @@ type proxysqlSessions struct {
 	waitLog  map[int64][]waitSample
 	overflow int64 // attr.Overflow() already counted in the store
 	// onCredit, when set (tests), sees every sampled hold credited to a
-	// tag: a session's run of samples from first to last.
-	onCredit func(session int64, first, last time.Time, tag string, hold float64)
+	// tag: a session's samples, sent from first and read by end; how is
+	// "sample" (the sample showed the tag), "join_exact", "join_inferred",
+	// "join_unknown" (the server join's answer) or "other".
+	onCredit func(session int64, first, end time.Time, tag string, hold float64, how string)
 }
 
 // sessionHint is what an app hold span says of a session (source.Hint).
@@ -282,7 +285,11 @@ func (p *proxysqlSessions) addSampled(h *SampledHold) {
 	d.Add(&f)
 	d.Obs++
 	if p.onCredit != nil {
-		p.onCredit(h.SessionID, h.At, h.At, h.Tag, f.Hold)
+		end := h.At
+		if p.lastRead.After(end) {
+			end = p.lastRead
+		}
+		p.onCredit(h.SessionID, h.At, end, h.Tag, f.Hold, "sample")
 	}
 	p.sessions[h.Tag]++
 	if reason != "" {
@@ -363,7 +370,11 @@ func (p *proxysqlSessions) resolveWhere(id int64, tag string, match func(*pendin
 	for _, pu := range runs {
 		if match(pu) {
 			if got := p.resolve(pu, tag); p.onCredit != nil {
-				p.onCredit(id, pu.first, pu.last, got, pu.f.Hold)
+				how := "other"
+				if pu.joined {
+					how = "join_" + pu.quality.String()
+				}
+				p.onCredit(id, pu.first, pu.end, got, pu.f.Hold, how)
 			}
 		} else {
 			kept = append(kept, pu)
@@ -621,7 +632,7 @@ func (p *proxysqlSessions) resolveJoined(id int64) {
 			if r.Pending {
 				q = trxjoin.Unknown
 			}
-			pu.joined = true
+			pu.joined, pu.quality = true, q
 			p.st.joined(p.target, SourceProxySQLProcesslist, q.String(), pu.f.Hold)
 			if q == trxjoin.Unknown {
 				pu.fallback = ""

@@ -191,6 +191,9 @@ func (t *topCmd) validate() error {
 			return errors.New("--token and --ca-cert are for --collector: a replay reads files")
 		}
 	}
+	if t.replayDir != "" && (t.layer == string(collector.LayerApp) || t.layer == string(collector.LayerServer)) {
+		return fmt.Errorf("--layer %s: a recording has the proxy layer only (the MySQL server and the app's spans are not recorded): use --layer proxy or max", t.layer)
+	}
 	if t.at != "" && t.replayDir == "" {
 		return errors.New("--at is a time in a recording: give it with --replay DIR")
 	}

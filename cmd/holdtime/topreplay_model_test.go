@@ -166,6 +166,11 @@ func TestReplayKeys(t *testing.T) {
 	if !at().Equal(mid) || !strings.Contains(m.View(), "replay "+mid.Local().Format("2006-01-02 15:04:05")) {
 		t.Errorf("after g %s: at %v; screen:\n%s", mid.Local().Format("15:04:05"), at(), m.View())
 	}
+	press("s")
+	if v := m.View(); !strings.Contains(v, "a recording has the proxy layer only") {
+		t.Errorf("the server layer of a recording:\n%s", v)
+	}
+	press("m")
 	// The drill-down of a replay has the figures only, and says so.
 	press("home", "enter")
 	if v := m.View(); !strings.Contains(v, "tag ") || !strings.Contains(v, "a recording has only the figures above") {

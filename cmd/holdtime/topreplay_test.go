@@ -321,6 +321,7 @@ func TestTopReplayErrors(t *testing.T) {
 		{[]string{"--replay", bad}, "version \"9\""},
 		{[]string{"--replay", hollow}, "has no samples"},
 		{[]string{"--replay", empty, "--collector", "http://127.0.0.1:1"}, "give one of"},
+		{[]string{"--replay", empty, "--layer", "server"}, "proxy layer only"},
 		{[]string{"--at", "12:00:00", "--collector", "http://127.0.0.1:1"}, "--at is a time in a recording"},
 	} {
 		code, _, msg := runCLI(t, append([]string{"top"}, c.args...)...)

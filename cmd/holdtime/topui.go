@@ -369,8 +369,8 @@ func (m *topModel) seek(move func() bool) tea.Cmd {
 
 // refetch asks again at once: the layer changes what the collector ranks.
 func (m *topModel) refetch() tea.Cmd {
-	if m.paused {
-		return nil
+	if m.paused && m.replay == nil {
+		return nil // paused live figures stay as they were; a replay's cursor stays
 	}
 	return m.fetch()
 }
@@ -524,7 +524,10 @@ func (m *topModel) viewTable(b *strings.Builder) {
 		}
 		b.WriteString(dim(mark+lines[1+i]) + "\n")
 	}
-	if len(rows) == 0 {
+	switch {
+	case len(rows) == 0 && m.replay != nil && m.t.layer != string(collector.LayerProxy) && m.t.layer != collector.LayerMax:
+		printLine(b, w, m.color, plain("  (a recording has the proxy layer only: p or m ranks by it)"))
+	case len(rows) == 0:
 		printLine(b, w, m.color, plain("  (no tag has held a connection in the window"+map[bool]string{true: " that matches the filter", false: ""}[m.t.filter != ""]+")"))
 	}
 	// Status: where the rows are, then why the figures are what they are.

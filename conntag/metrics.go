@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -211,9 +212,26 @@ func (ts *tagState) hasOps() bool {
 	return false
 }
 
+// closeFlushTimeout bounds the export Close makes of the pool's last
+// counters.
+const closeFlushTimeout = 5 * time.Second
+
+// close unregisters the pool's counters. A pool closed between two exports
+// of a push exporter (OTLP's periodic reader) would lose what it counted
+// since the last one, so when the MeterProvider can flush (the SDK's can)
+// its readers collect once more first: the pool's final counters go out.
+// A pull reader (the Prometheus exporter) flushes nothing.
 func (in *instr) close() error {
-	if in.reg != nil {
-		return in.reg.Unregister()
+	if in.reg == nil {
+		return nil
 	}
-	return nil
+	var err error
+	if f, ok := in.cfg.meterProvider.(interface{ ForceFlush(context.Context) error }); ok {
+		ctx, cancel := context.WithTimeout(context.Background(), closeFlushTimeout)
+		if ferr := f.ForceFlush(ctx); ferr != nil {
+			err = fmt.Errorf("conntag: export the pool's last counters on Close: %w", ferr)
+		}
+		cancel()
+	}
+	return errors.Join(err, in.reg.Unregister())
 }

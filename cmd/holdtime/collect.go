@@ -39,6 +39,7 @@ type collectCmd struct {
 	shard          string   // INDEX/COUNT
 	others         []string // --proxysql targets of other shards
 	otlp           bool
+	otlpMetrics    bool
 	otlpListen     string
 	otlpTarget     string
 	otlpMaxHold    time.Duration
@@ -78,7 +79,7 @@ The listen address defaults to ` + defaultCollectListen + ` (loopback only).
 
 --token (or HOLDTIME_TOKEN, which keeps it out of the process list) makes every
 path but /healthz and /readyz answer only requests with Authorization: Bearer
-TOKEN: /v1/traces, /api/v1/top and /metrics. holdtime top sends it with --token;
+TOKEN: /v1/traces, /v1/metrics, /api/v1/top and /metrics. holdtime top sends it with --token;
 an OTLP exporter with OTEL_EXPORTER_OTLP_HEADERS=Authorization=Bearer%20TOKEN;
 Prometheus with authorization: credentials. The token is never logged.
 --tls-cert and --tls-key serve https instead of http (give the token over https
@@ -97,14 +98,15 @@ only, off loopback).`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&c.listen, "listen", defaultCollectListen, "address to serve /metrics, /api/v1/top, /healthz, /readyz (and /v1/traces with --otlp)")
+	f.StringVar(&c.listen, "listen", defaultCollectListen, "address to serve /metrics, /api/v1/top, /healthz, /readyz (and /v1/traces with --otlp, /v1/metrics with --otlp-metrics)")
 	f.StringArrayVar(&c.proxysql, "proxysql", nil, "ProxySQL admin interface as NAME=DSN (repeatable); NAME is the target label")
 	f.StringArrayVar(&c.eventsLogs, "proxysql-events-log", nil, "JSON events log of a ProxySQL target as NAME=PATH (repeatable)")
 	f.StringArrayVar(&c.clientAddrs, "proxysql-client-address", nil, "address apps dial for a ProxySQL target as NAME=HOST:PORT (repeatable): app spans naming it (server.address, server.port) give that instance's session tags")
 	f.StringArrayVar(&c.mysql, "mysql", nil, "MySQL/MariaDB server as NAME=DSN (repeatable)")
 	f.StringVar(&c.shard, "shard", "", "poll only this collector's part of the --proxysql fleet, as INDEX/COUNT (0/2 and 1/2 for two collectors given the same flags); a stable hash of each target's name picks its collector")
 	f.BoolVar(&c.otlp, "otlp", false, "receive conntag's spans over OTLP/HTTP at /v1/traces")
-	f.StringVar(&c.otlpListen, "otlp-listen", "", "also serve /v1/traces on this address (the OTLP/HTTP port is 4318); implies --otlp")
+	f.BoolVar(&c.otlpMetrics, "otlp-metrics", false, "also receive conntag's per-tag counters at /v1/metrics (implies --otlp): the app layer's figures come from them, and hold spans only name ProxySQL sessions (no hold counted twice; spans may be sampled)")
+	f.StringVar(&c.otlpListen, "otlp-listen", "", "also serve /v1/traces (and /v1/metrics with --otlp-metrics) on this address (the OTLP/HTTP port is 4318); implies --otlp")
 	f.StringVar(&c.otlpTarget, "otlp-target", "app", "target label of app-side figures")
 	f.DurationVar(&c.otlpMaxHold, "otlp-max-hold", collector.DefaultOTLPMaxHold, "reject (and count as malformed) a hold span longer than this; any hold is credited at most the collector's age plus 10s")
 	f.DurationVar(&c.plInterval, "proxysql-processlist-interval", 250*time.Millisecond, "stats_mysql_processlist sample interval")
@@ -246,7 +248,8 @@ func splitNamed(flag, v string) (string, string, error) {
 func (c *collectCmd) config(reg *prometheus.Registry, logger *slog.Logger) (collector.Config, error) {
 	cfg := collector.Config{
 		MaxTags: c.maxTags, Registerer: reg, Gatherer: reg, Logger: logger, RecordDir: c.record, Timeout: c.timeout,
-		OTLP: collector.OTLPConfig{Enabled: c.otlp || c.otlpListen != "", Target: c.otlpTarget, MaxHold: c.otlpMaxHold},
+		OTLP: collector.OTLPConfig{Enabled: c.otlp || c.otlpMetrics || c.otlpListen != "", Metrics: c.otlpMetrics,
+			Target: c.otlpTarget, MaxHold: c.otlpMaxHold},
 	}
 	if c.maxTags <= 0 {
 		return cfg, errors.New("--max-tags must be positive")
@@ -392,6 +395,9 @@ func (c *collectCmd) run(ctx context.Context) error {
 		}
 		mux := http.NewServeMux()
 		mux.Handle("/v1/traces", handler)
+		if c.otlpMetrics {
+			mux.Handle("/v1/metrics", handler)
+		}
 		servers = append(servers, newCollectServer(mux))
 		listeners = append(listeners, oln)
 	}

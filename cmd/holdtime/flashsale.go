@@ -59,6 +59,7 @@ type flashsaleCmd struct {
 	metricsAddr  string
 	mux          *http.ServeMux // the --metrics-listen server's
 	otlpEndpoint string
+	otlpMetrics  string // /v1/metrics URL
 	timeout      time.Duration
 
 	backend       string
@@ -150,6 +151,7 @@ which it creates the engine's tables (inventory_*) and sells in a shop of its ow
 	fl.DurationVar(&f.txWork, "tx-work", 0, "application work inside the reserve transaction, holding its locks")
 	fl.DurationVar(&f.duration, "duration", 0, "stop admitting buyers after this long (0: until every buyer is done)")
 	fl.StringVar(&f.metricsAddr, "metrics-listen", "", "serve the sale's app-side metrics (conntag, reservation engine) on this address at /metrics, and conntag's hold profile at /debug/holdtime/profile, while it runs, e.g. 127.0.0.1:9480")
+	fl.StringVar(&f.otlpMetrics, "otlp-metrics-endpoint", "", "export conntag's per-tag counters every 10s over OTLP/HTTP to this URL, e.g. http://127.0.0.1:9479/v1/metrics (holdtime collect --otlp-metrics): the app layer's figures from counters, exact however spans are sampled")
 	fl.StringVar(&f.otlpEndpoint, "otlp-endpoint", "", "send conntag's spans (hold and statement, with the session id) over OTLP/HTTP to this URL, e.g. http://127.0.0.1:9479/v1/traces (holdtime collect --otlp)")
 	fl.DurationVar(&f.timeout, "timeout", 10*time.Second, "how long to wait for --dsn's server to accept a connection and log in")
 	fl.StringVar(&f.backend, "backend", "mysql", "mysql (the engine), redis (the design it replaced) or shadow (Redis the truth, MySQL shadowed)")
@@ -198,6 +200,13 @@ func (f *flashsaleCmd) config() (flashsale.Config, []reservation.Strategy, error
 			return cfg, nil, err
 		}
 		f.otlpEndpoint = u
+	}
+	if f.otlpMetrics != "" {
+		u, err := otlpURL("otlp-metrics-endpoint", f.otlpMetrics, "/v1/metrics")
+		if err != nil {
+			return cfg, nil, err
+		}
+		f.otlpMetrics = u
 	}
 	if f.timeout <= 0 {
 		return cfg, nil, fmt.Errorf("--timeout %v: give how long to wait for the server, such as 10s", f.timeout)
@@ -277,14 +286,27 @@ func (f *flashsaleCmd) run(ctx context.Context) error {
 	}
 	defer cleanup()
 	cfg.MySQL = mc
+	var readers []sdkmetric.Reader
+	if f.otlpMetrics != "" {
+		r, err := exportCounters(ctx, f.otlpMetrics)
+		if err != nil {
+			return err
+		}
+		readers = append(readers, r)
+	}
 	if f.metricsAddr != "" {
-		mp, mux, stop, err := serveAppMetricsMux(ctx, f.metricsAddr)
+		mp, mux, stop, err := serveAppMetricsMux(ctx, f.metricsAddr, readers...)
 		if err != nil {
 			return err
 		}
 		defer stop()
 		cfg.MeterProvider, f.mux = mp, mux
 		cfg.HoldProfile = serveHoldProfile(mux, 0, nil, "") // holdprofile.go
+	} else if len(readers) > 0 {
+		mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(readers[0]))
+		// Shutdown exports the last counters: the sale's end is in them.
+		defer mp.Shutdown(context.WithoutCancel(ctx))
+		cfg.MeterProvider = mp
 	}
 	if f.otlpEndpoint != "" {
 		db, stop, err := flashsaleSpanDB(ctx, f.otlpEndpoint, mc, cfg)
@@ -719,7 +741,7 @@ func serveAppMetrics(ctx context.Context, addr string) (*sdkmetric.MeterProvider
 
 // serveAppMetricsMux is serveAppMetrics that also returns the server's mux,
 // for more endpoints (the kill switch).
-func serveAppMetricsMux(ctx context.Context, addr string) (*sdkmetric.MeterProvider, *http.ServeMux, func(), error) {
+func serveAppMetricsMux(ctx context.Context, addr string, extra ...sdkmetric.Reader) (*sdkmetric.MeterProvider, *http.ServeMux, func(), error) {
 	reg := prometheus.NewRegistry()
 	exporter, err := otelprom.New(otelprom.WithRegisterer(reg))
 	if err != nil {
@@ -729,7 +751,11 @@ func serveAppMetricsMux(ctx context.Context, addr string) (*sdkmetric.MeterProvi
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("--metrics-listen %s: %w", addr, err)
 	}
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exporter))
+	opts := []sdkmetric.Option{sdkmetric.WithReader(exporter)}
+	for _, r := range extra {
+		opts = append(opts, sdkmetric.WithReader(r))
+	}
+	mp := sdkmetric.NewMeterProvider(opts...)
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}

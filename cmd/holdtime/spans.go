@@ -3,13 +3,14 @@ package main
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"net/url"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+	"go.opentelemetry.io/otel/exporters/otlp/otlpmetric/otlpmetrichttp"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/holdtime/holdtime/conntag"
@@ -52,15 +53,36 @@ func flashsaleSpanDB(ctx context.Context, endpoint string, mc *mysql.Config, cfg
 // otlpTracesURL checks an OTLP/HTTP traces endpoint; a URL without a path
 // gets the standard /v1/traces.
 func otlpTracesURL(endpoint string) (string, error) {
+	return otlpURL("otlp-endpoint", endpoint, "/v1/traces")
+}
+
+// otlpURL checks the OTLP/HTTP endpoint given to --flag; a URL without a
+// path gets the signal's standard path.
+func otlpURL(flag, endpoint, path string) (string, error) {
 	u, err := url.Parse(endpoint)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		// Not echoed: it may carry credentials.
-		return "", errors.New("--otlp-endpoint wants an http:// or https:// URL, e.g. http://127.0.0.1:9479/v1/traces")
+		return "", fmt.Errorf("--%s wants an http:// or https:// URL, e.g. http://127.0.0.1:9479%s", flag, path)
 	}
 	if u.Path == "" || u.Path == "/" {
-		u.Path = "/v1/traces"
+		u.Path = path
 	}
 	return u.String(), nil
+}
+
+// counterExportInterval is how often conntag's counters are exported: the
+// collector credits an export in the window it arrives in, so exports at
+// least as often as its shortest window (10 s) keep that window smooth.
+const counterExportInterval = 10 * time.Second
+
+// exportCounters returns a reader that exports conntag's counters to an
+// OTLP/HTTP metrics endpoint such as the collector's /v1/metrics.
+func exportCounters(ctx context.Context, endpoint string) (sdkmetric.Reader, error) {
+	exporter, err := otlpmetrichttp.New(ctx, otlpmetrichttp.WithEndpointURL(endpoint))
+	if err != nil {
+		return nil, fmt.Errorf("counter exporter: %w", err)
+	}
+	return sdkmetric.NewPeriodicReader(exporter, sdkmetric.WithInterval(counterExportInterval)), nil
 }
 
 // exportSpans returns a TracerProvider that batches spans to an OTLP/HTTP

@@ -85,7 +85,7 @@ func TestComposeFile(t *testing.T) {
 	out := runTool(t, "..", compose, "-f", "docker-compose.yml", "config")
 	for _, want := range []string{"mysql:8.4.", "target: proxysql", "prom/prometheus:", "grafana/grafana:",
 		"--listen=0.0.0.0:9479", "--proxysql-events-log=", "--mysql=", "flashsale", "--otlp",
-		"--otlp-endpoint=http://collector:9479/v1/traces"} {
+		"--otlp-endpoint=http://collector:9479/v1/traces", "--otlp-metrics-endpoint=http://collector:9479/v1/metrics"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("docker-compose config has no %q", want)
 		}
@@ -206,7 +206,7 @@ func TestComposeShards(t *testing.T) {
 		if strings.Contains(svc, "- --mysql=") {
 			mysqls = append(mysqls, name)
 		}
-		if strings.Contains(svc, "- --otlp\n") {
+		if strings.Contains(svc, "- --otlp\n") || strings.Contains(svc, "- --otlp-metrics\n") {
 			otlps = append(otlps, name)
 		}
 	}
@@ -247,6 +247,9 @@ func TestComposeShards(t *testing.T) {
 	} else if owner[dialled] != sendTo[1] {
 		t.Errorf("the workload dials %s, polled by %s, but sends its spans to %s: their session ids would reach no target",
 			dialled, owner[dialled], sendTo[1])
+	}
+	if counters := regexp.MustCompile(`--otlp-metrics-endpoint=https?://([^:/]+)`).FindStringSubmatch(workload); counters != nil && counters[1] != otlps[0] {
+		t.Errorf("the workload sends its counters to %s, but %v receives OTLP: its app figures would be refused", counters[1], otlps)
 	}
 	prom, err := os.ReadFile("prometheus/prometheus.yml")
 	if err != nil {

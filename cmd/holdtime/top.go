@@ -105,8 +105,9 @@ layer as the collector ranked it at each recorded instant, from the processlist
 samples, and from the events log when a copy of it is in the target's directory
 (DIR/TARGET/events*). In the console, space pauses, left and right step a second,
 [ and ] a minute, + and - change the speed (1x, 4x, 16x, 64x), g jumps to a time.
-With --once or --json, or into a pipe, it prints the instant --at (default: the
-end; without --once, every --interval of the recording, as fast as it reads).
+--at opens the console paused at an instant. With --once or --json it prints the
+instant --at (default: the end); into a pipe without --at, a table every --interval
+of the recording, as fast as it reads. A recording has the proxy layer only.
 With a PROXY column comes WAIT: the statements of the tag waiting for a ProxySQL
 backend, on average over the span (wait-seconds per second): what the tag suffers,
 beside what it holds. The app pool's wait is per pool, not per tag (see conntag's docs).
@@ -126,7 +127,7 @@ a ';' goes on the command line instead.`,
   holdtime top --replay ./rec --at 14:03:20
   holdtime top --prometheus http://127.0.0.1:9090 --window 1m
   holdtime top --proxysql 'admin:admin@tcp(127.0.0.1:6032)/' --once --json`,
-		Args: noArgs("give a running collector with --collector URL, or DSNs to poll with --mysql or --proxysql (quote a DSN: its parentheses are special to the shell)"),
+		Args: noArgs("give a running collector with --collector URL, DSNs to poll with --mysql or --proxysql (quote a DSN: its parentheses are special to the shell), --prometheus URL, or a recording with --replay DIR"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			t.out, t.in = cmd.OutOrStdout(), cmd.InOrStdin()
 			if err := flagsFromEnv(cmd); err != nil {

@@ -788,12 +788,12 @@ func (w *trxWindow) open() bool { return w != nil && w.beginEvent > w.commitEven
 func (w *trxWindow) ended() bool { return w != nil && w.commitEvent > 0 }
 
 // publishJoin hands the proxy↔server join the connections listed now.
-func (m *mysqlTarget) publishJoin(listed map[int64]*serverRow) {
+func (m *mysqlTarget) publishJoin(at time.Time, listed map[int64]*serverRow) {
 	hosts := make(map[int64]string, len(listed))
 	for id, r := range listed {
 		hosts[id] = r.host
 	}
-	m.join.update(hosts)
+	m.join.update(at, hosts)
 }
 
 // readJoin reads the performance_schema evidence of the backends the

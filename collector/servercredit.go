@@ -49,7 +49,7 @@ func (p *serverPoll) wall(timer uint64) (time.Time, bool) {
 func (m *mysqlTarget) apply(at time.Time, rows []serverRow, stmts []stmtRow, waits [][2]int64) {
 	p := m.newServerPoll(at, rows, stmts)
 	p.wins = m.completed(stmts, p.sampled, p.timerNow != 0)
-	m.publishJoin(p.listed)
+	m.publishJoin(at, p.listed)
 	m.creditRunning(p, stmts)
 	if !m.prevAt.IsZero() {
 		for _, h := range m.held {

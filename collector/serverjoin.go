@@ -45,7 +45,7 @@ type serverJoin struct {
 	// without, nothing is read.
 	proxied bool
 	mu      sync.Mutex
-	listed  map[int64]string // processlist id -> HOST without its port
+	listed  map[int64]listedConn // by processlist id, also gone ones for joinReadsKept
 	byHost  map[attrib.HostPort]int64
 	wanted  map[int64]time.Time // processlist id -> when a sampler last showed it held
 	from    map[string]bool     // the hosts those backends connected from
@@ -53,20 +53,44 @@ type serverJoin struct {
 }
 
 func newServerJoin() *serverJoin {
-	return &serverJoin{listed: map[int64]string{}, byHost: map[attrib.HostPort]int64{}, wanted: map[int64]time.Time{},
+	return &serverJoin{listed: map[int64]listedConn{}, byHost: map[attrib.HostPort]int64{}, wanted: map[int64]time.Time{},
 		from: map[string]bool{}}
 }
 
-// update replaces the connection list: hosts maps the listed connection
-// ids to their HOST.
-func (j *serverJoin) update(hosts map[int64]string) {
+// listedConn is a server connection the processlist showed.
+type listedConn struct {
+	host string // HOST without its port
+	seen time.Time
+	gone bool // not in the last listing
+}
+
+// update records the connection list read at `at`: hosts maps the listed
+// connection ids to their HOST. A connection that left the list is kept
+// for joinReadsKept: a session's run is decided after it ended, and a
+// backend ProxySQL closed at the session's end (a user-variable pin) is
+// still this server's.
+func (j *serverJoin) update(at time.Time, hosts map[int64]string) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	clear(j.listed)
-	clear(j.byHost)
+	for id, c := range j.listed {
+		if _, ok := hosts[id]; ok {
+			continue
+		}
+		if at.Sub(c.seen) <= joinReadsKept {
+			c.gone = true
+			j.listed[id] = c
+			continue
+		}
+		delete(j.listed, id)
+		for hp, x := range j.byHost {
+			if x == id {
+				delete(j.byHost, hp)
+			}
+		}
+	}
 	for id, h := range hosts {
 		hp := attrib.ParseHostPort(h)
-		j.listed[id] = hp.Host
+		j.listed[id] = listedConn{host: hp.Host, seen: at}
 		if hp != (attrib.HostPort{}) {
 			j.byHost[hp] = id
 		}
@@ -133,8 +157,8 @@ func (j *serverJoin) wantedIDs(now time.Time) []int64 {
 		}
 		ids = append(ids, id)
 	}
-	for id, h := range j.listed {
-		if (len(j.from) == 0 && len(ids) < joinReadAll || j.from[h]) && j.wanted[id].IsZero() {
+	for id, c := range j.listed {
+		if !c.gone && (len(j.from) == 0 && len(ids) < joinReadAll || j.from[c.host]) && j.wanted[id].IsZero() {
 			ids = append(ids, id)
 		}
 	}

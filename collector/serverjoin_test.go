@@ -23,7 +23,7 @@ func TestServerJoinBoard(t *testing.T) {
 		t.Errorf("the join's reads start with %q, not the collector's marker %q", trxjoin.Marker, CollectorMarker)
 	}
 	j := newServerJoin()
-	j.update(map[int64]string{7: "127.0.0.1:40000", 8: "localhost"})
+	j.update(ms(0), map[int64]string{7: "127.0.0.1:40000", 8: "localhost"})
 	key := attrib.BackendKey{Thread: 7, Local: attrib.HostPort{Host: "127.0.0.1", Port: 40000}}
 	for _, c := range []struct {
 		name string
@@ -41,7 +41,7 @@ func TestServerJoinBoard(t *testing.T) {
 			t.Errorf("%s: %d %v, want %d %v", c.name, id, ok, c.id, c.ok)
 		}
 	}
-	j.update(map[int64]string{7: "127.0.0.1:40000", 8: "localhost", 10: "127.0.0.1:40002", 11: "10.0.0.9:40000"})
+	j.update(ms(0), map[int64]string{7: "127.0.0.1:40000", 8: "localhost", 10: "127.0.0.1:40002", 11: "10.0.0.9:40000"})
 	if got := j.wantedIDs(ms(0)); len(got) != 0 {
 		t.Errorf("no ProxySQL target: wanted %v, want none", got)
 	}
@@ -85,6 +85,17 @@ func TestServerJoinBoard(t *testing.T) {
 	}
 	if r, _ := j.decide(key, trxjoin.Sample{Start: ms(29_100), End: ms(29_110), InTrx: true}); !r.Pending {
 		t.Errorf("no read after the sample yet: %+v, want pending", r)
+	}
+	// A backend closed at its session's end is still this server's while
+	// its run is decided, then forgotten.
+	j.update(ms(40_000), map[int64]string{7: "127.0.0.1:40000", 8: "localhost"})
+	j.update(ms(45_000), map[int64]string{8: "localhost"})
+	if _, ok := j.idOf(key); !ok {
+		t.Error("a connection gone since the last listing is no longer matched")
+	}
+	j.update(ms(60_000), map[int64]string{8: "localhost"})
+	if _, ok := j.idOf(key); ok {
+		t.Error("a connection gone for longer than the reads are kept still matches")
 	}
 	j.reset()
 	if len(j.reads) != 0 || len(j.wanted) != 0 || len(j.from) != 0 {

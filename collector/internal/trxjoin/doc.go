@@ -108,7 +108,10 @@
 // MySQL source, on every poll and on its own connection, calls ReadServer
 // with those processlist ids and every other connection from the hosts they
 // connected from (so that the read before a fresh backend's first hold
-// already includes it), keeps the reads of the last 10 s, and publishes the
+// already includes it; before any sample showed a backend, every listed
+// connection, at most 256), keeps the reads of the last 10 s (and a
+// connection that left the processlist for as long: a backend ProxySQL
+// closed at its session's end is decided after the run), and publishes the
 // join's own setup degradations (transaction instrument and consumer) in its
 // degraded status. The sampler asks Decide about a run of samples of one
 // session idle on one borrow of a backend once the run has ended, with Start

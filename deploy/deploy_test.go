@@ -16,6 +16,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/holdtime/holdtime/internal/doctor"
 	"github.com/holdtime/holdtime/internal/shard"
 )
 
@@ -418,6 +419,19 @@ func TestProxySQLConfig(t *testing.T) {
 	for _, cred := range strings.Split(admins[1], ";") {
 		if strings.HasPrefix(cred, user+":") {
 			t.Errorf("%s is an admin account too: the collector must not have admin rights", user)
+		}
+	}
+}
+
+// TestComposeMySQLHasTheSetupList: the compose file's MySQL starts with
+// every server option of holdtime's setup list (the list `holdtime doctor`
+// checks and testenv starts its servers with), so the stack is set up the
+// way the README tells users to set theirs.
+func TestComposeMySQLHasTheSetupList(t *testing.T) {
+	svc := composeService(t, "mysql")
+	for _, arg := range doctor.ServerArgs() {
+		if !strings.Contains(svc, "- "+arg+"\n") {
+			t.Errorf("the mysql service does not start with %s (holdtime doctor's setup list)", arg)
 		}
 	}
 }

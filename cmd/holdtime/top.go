@@ -47,7 +47,12 @@ type topCmd struct {
 	jsonOut      bool
 	color        string
 	token        string
-	caCert       string
+	promToken    string // Prometheus' own bearer token: never the collector's
+	// tokenFlag and caFlag: given on the command line (not only from
+	// HOLDTIME_TOKEN / HOLDTIME_CA_CERT, which are set for --collector and
+	// ignored where they do not apply).
+	tokenFlag, caFlag bool
+	caCert            string
 
 	filterRe *regexp.Regexp
 	replay   *replayPlayer // with --replay: the playback clock
@@ -130,6 +135,7 @@ a ';' goes on the command line instead.`,
 		Args: noArgs("give a running collector with --collector URL, DSNs to poll with --mysql or --proxysql (quote a DSN: its parentheses are special to the shell), --prometheus URL, or a recording with --replay DIR"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			t.out, t.in = cmd.OutOrStdout(), cmd.InOrStdin()
+			t.tokenFlag, t.caFlag = cmd.Flags().Changed("token"), cmd.Flags().Changed("ca-cert")
 			if err := flagsFromEnv(cmd); err != nil {
 				return err
 			}
@@ -156,7 +162,8 @@ a ';' goes on the command line instead.`,
 	f.BoolVar(&t.once, "once", false, "print one table and exit")
 	f.BoolVar(&t.jsonOut, "json", false, "print JSON (one document per refresh)")
 	f.StringVar(&t.color, "color", "auto", "colour: auto (on a terminal), always, never")
-	f.StringVar(&t.token, "token", "", "bearer token of a collector run with --token, or of --prometheus (better: HOLDTIME_TOKEN)")
+	f.StringVar(&t.token, "token", "", "bearer token of a collector run with --token (better: HOLDTIME_TOKEN); never sent to --prometheus")
+	f.StringVar(&t.promToken, "prometheus-token", "", "bearer token of --prometheus (better: HOLDTIME_PROMETHEUS_TOKEN); send it over https off loopback")
 	f.StringVar(&t.caCert, "ca-cert", "", "PEM certificate(s) to trust for an https collector or Prometheus, besides the system's (a self-signed one)")
 	f.SetAnnotation("proxysql", dsnAnnotation, []string{"optional-name"})
 	f.SetAnnotation("mysql", dsnAnnotation, []string{"optional-name"})
@@ -178,6 +185,10 @@ func (t *topCmd) validate() error {
 	}
 	if t.prometheus != "" {
 		sources++
+		if t.tokenFlag {
+			return errors.New("--token is the collector's: give Prometheus' own with --prometheus-token (or HOLDTIME_PROMETHEUS_TOKEN)")
+		}
+		t.token = "" // HOLDTIME_TOKEN is the collector's secret: never sent to Prometheus
 		u, err := url.Parse(t.prometheus)
 		switch {
 		case err != nil:
@@ -188,9 +199,10 @@ func (t *topCmd) validate() error {
 	}
 	if t.replayDir != "" {
 		sources++
-		if t.token != "" || t.caCert != "" {
+		if t.tokenFlag || t.caFlag {
 			return errors.New("--token and --ca-cert are for --collector: a replay reads files")
 		}
+		t.token, t.caCert = "", "" // from the environment, for another use
 	}
 	if t.replayDir != "" && (t.layer == string(collector.LayerApp) || t.layer == string(collector.LayerServer)) {
 		return fmt.Errorf("--layer %s: a recording has the proxy layer only (the MySQL server and the app's spans are not recorded): use --layer proxy or max", t.layer)
@@ -200,9 +212,10 @@ func (t *topCmd) validate() error {
 	}
 	if len(t.proxysqlDSNs)+len(t.mysqlDSNs) > 0 {
 		sources++
-		if t.token != "" || t.caCert != "" {
+		if t.tokenFlag || t.caFlag {
 			return errors.New("--token and --ca-cert are for --collector: polling directly needs neither")
 		}
+		t.token, t.caCert = "", ""
 	}
 	switch {
 	case sources == 0:
@@ -272,7 +285,7 @@ func (t *topCmd) run(ctx context.Context) error {
 		return t.runReplay(ctx)
 	}
 	if t.prometheus != "" {
-		hc, err := collectorHTTPClient(t.token, t.caCert)
+		hc, err := collectorHTTPClient(t.promToken, t.caCert)
 		if err != nil {
 			return err
 		}

@@ -65,6 +65,7 @@ type answerMsg struct {
 // detailMsg is the drilled tag's detail (/api/v1/tag).
 type detailMsg struct {
 	tag string
+	seq int // of the request: only the newest one's answer is shown
 	d   collector.TagDetail
 	err error
 }
@@ -94,6 +95,11 @@ type topModel struct {
 	lastAnswer time.Time // of resp
 	err        error     // the latest refresh failed: resp is the last good one
 	inFlight   bool
+	// detailSeq numbers detail requests; detailWait is the one in flight
+	// (0: none), so a slow collector gets one at a time and an older
+	// answer never replaces a newer one.
+	detailSeq, detailWait int
+	detailWaitTag         string
 
 	width, height int
 	selected      int    // index into the arranged rows
@@ -157,11 +163,16 @@ func (m *topModel) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 			return m, tea.Quit
 		}
 		if m.replay != nil && msg.err == nil && !msg.resp.At.Equal(m.replay.now().UTC()) {
-			// Of a cursor the keys have moved since: the next answer is.
-			if m.paused {
-				return m, m.fetch()
+			// Of a cursor the keys or the ticks have moved since. Paused,
+			// ask at the cursor. Playing, show it (the recording a moment
+			// ago: when a frame takes longer than a tick, every answer is
+			// one tick old, and dropping them all would freeze the screen)
+			// and ask at the cursor.
+			if !m.paused {
+				m.err, m.resp, m.have, m.lastAnswer = nil, msg.resp, true, msg.at
+				m.followSelection()
 			}
-			return m, nil
+			return m, m.fetch()
 		}
 		if msg.err != nil {
 			m.err = msg.err
@@ -176,7 +187,10 @@ func (m *topModel) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 		}
 		return m, tea.Batch(m.scheduleTick(), m.fetchDetail())
 	case detailMsg:
-		if msg.tag == m.drill {
+		if msg.seq == m.detailWait {
+			m.detailWait = 0
+		}
+		if msg.tag == m.drill && msg.seq == m.detailSeq {
 			m.detailErr = msg.err
 			if msg.err == nil {
 				m.detail = &msg.d
@@ -353,10 +367,15 @@ func (m *topModel) fetchDetail() tea.Cmd {
 	if m.drill == "" || !ok || m.paused && m.detail != nil {
 		return nil
 	}
-	tag, ctx := m.drill, m.ctx
+	if m.detailWait != 0 && m.detailWaitTag == m.drill {
+		return nil // one in flight already; a drill into another tag asks at once
+	}
+	m.detailSeq++
+	tag, ctx, seq := m.drill, m.ctx, m.detailSeq
+	m.detailWait, m.detailWaitTag = seq, tag
 	return func() tea.Msg {
 		d, err := td.tagDetail(ctx, tag)
-		return detailMsg{tag: tag, d: d, err: err}
+		return detailMsg{tag: tag, seq: seq, d: d, err: err}
 	}
 }
 

@@ -126,7 +126,11 @@ func TestTopPrometheusSumsCollectorsWithoutDoubleCounting(t *testing.T) {
 	if _, err := prom.WaitForSeries(wctx, `count(holdtime_collector_layer_hold_seconds_total{conn_tag="hog"}) >= 4`); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(12 * time.Second) // the 10 s rate window fills with scrapes; nothing signals that
+	// The 10 s rate window fills with scrapes: every collector's hog series
+	// has been scraped over 10 s or more (Prometheus scrapes every second).
+	if _, err := prom.WaitForSeries(wctx, `count(count_over_time(holdtime_collector_layer_hold_seconds_total{conn_tag="hog"}[11s]) >= 10) >= 4`); err != nil {
+		t.Fatal(err)
+	}
 
 	p, err := newPromTop(prom.URL, nil)
 	if err != nil {

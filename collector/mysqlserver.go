@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -398,9 +399,9 @@ func (m *mysqlTarget) pollLocked(ctx context.Context) error {
 	}
 	m.st.malformed(m.cfg.Name, SourceMySQL, bad)
 	m.apply(at, rows, stmts, waits)
-	if err := m.readJoin(ctx); err != nil {
-		return err
-	}
+	// The server's figures are read and credited: a failed join read
+	// degrades the join, never the poll.
+	m.readJoin(ctx)
 	m.lastPoll = at
 	return nil
 }
@@ -502,6 +503,7 @@ const (
 	ReasonStatementsWrapped   = "history_long_wrapped"
 	ReasonTrxInstrumentOff    = "transaction_instrument_off"
 	ReasonTrxConsumerOff      = "transactions_consumer_off"
+	ReasonJoinReadFailed      = "server_join_read_failed"
 	consumerFixCnfPrefix      = "; to keep it after a restart, add "
 	consumerFixSQL            = "UPDATE performance_schema.setup_consumers SET ENABLED = 'YES' WHERE NAME IN (%s)"
 	consumerFixCnf            = "; to keep it after a restart, add %s under [mysqld] in my.cnf"
@@ -798,18 +800,26 @@ func (m *mysqlTarget) publishJoin(at time.Time, listed map[int64]*serverRow) {
 
 // readJoin reads the performance_schema evidence of the backends the
 // ProxySQL samplers showed held (none: no read), for the proxy↔server
-// join, and publishes what the server's setup costs the join.
-func (m *mysqlTarget) readJoin(ctx context.Context) error {
+// join, and publishes what the server's setup costs the join. A failed
+// read degrades the join (ReasonJoinReadFailed, until a read succeeds)
+// and leaves the poll's figures alone; the connection is dropped only
+// when it is unusable, so the next poll opens a new one.
+func (m *mysqlTarget) readJoin(ctx context.Context) {
 	ids := m.join.wantedIDs(time.Now())
 	if len(ids) == 0 {
-		return nil
+		return
 	}
 	r, err := trxjoin.ReadServer(ctx, m.conn, ids)
 	if errors.Is(err, trxjoin.ErrNoPerformanceSchema) {
-		return nil // the statement setup's degradation says so
+		return // the statement setup's degradation says so
 	}
 	if err != nil {
-		return err
+		if errors.Is(err, driver.ErrBadConn) || errors.Is(err, mysql.ErrInvalidConn) || ctx.Err() != nil {
+			m.conn.Close()
+			m.conn = nil
+		}
+		m.publishJoinDegraded(append(m.joinSetupDegraded(), m.joinReadFailed(err)))
+		return
 	}
 	m.join.addRead(r)
 	var d []Degradation
@@ -820,11 +830,42 @@ func (m *mysqlTarget) readJoin(ctx context.Context) error {
 				Fix: x.Fix + consumerFixCnfPrefix + x.Config + " under [mysqld] in my.cnf"})
 		}
 	}
+	m.publishJoinDegraded(d)
+}
+
+// joinSetupDegraded is the join's degradations but a failed read's: what
+// the last read that succeeded said of the setup.
+func (m *mysqlTarget) joinSetupDegraded() []Degradation {
+	var d []Degradation
+	for _, x := range m.joinDegraded {
+		if x.Reason != ReasonJoinReadFailed {
+			d = append(d, x)
+		}
+	}
+	return d
+}
+
+// joinReadFailed is the degradation of a failed join read: its error
+// (the DSN's password scrubbed; the driver's messages name no DSN) and
+// what it costs.
+func (m *mysqlTarget) joinReadFailed(err error) Degradation {
+	fix := "the read is retried every poll; check the error and the server's log"
+	if accessDenied(err) {
+		fix = fmt.Sprintf("GRANT SELECT ON performance_schema.* TO '%s'@'%%' (use the account's host)", m.user)
+	}
+	return Degradation{Reason: ReasonJoinReadFailed,
+		Detail: "proxy↔server join: reading the held backends' performance_schema evidence failed (" + scrub(err, m.secret) +
+			"): the server's figures are unaffected, but ProxySQL's idle backend hold gets no exact tag until a read succeeds",
+		Fix: fix}
+}
+
+// publishJoinDegraded publishes the join's degradations beside the
+// statement setup's when they changed.
+func (m *mysqlTarget) publishJoinDegraded(d []Degradation) {
 	if !slices.Equal(d, m.joinDegraded) {
 		m.joinDegraded = d
 		m.degrade(append(slices.Clip(m.degraded), d...))
 	}
-	return nil
 }
 
 // joinReasons are the degradation reasons of the join's own setup items.

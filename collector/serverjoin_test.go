@@ -10,6 +10,7 @@ import (
 
 	"github.com/holdtime/holdtime/collector/internal/attrib"
 	"github.com/holdtime/holdtime/collector/internal/trxjoin"
+	"github.com/holdtime/holdtime/testenv"
 )
 
 // TestServerJoinBoard: the board matches ProxySQL's backend keys to this
@@ -239,5 +240,94 @@ func TestServerJoinDegraded(t *testing.T) {
 	pollOK(t, m)
 	if st := c.Sources()[0]; st.State != StateUp {
 		t.Errorf("after the fix: %+v, want up", st)
+	}
+}
+
+// TestServerJoinReadFails: an account that may read what the server's
+// figures need but not events_transactions_current, which only the
+// proxy↔server join reads, keeps the MySQL source up: the join is
+// degraded with the error (never the password), the poll succeeds on the
+// same connection and the server's figures keep coming; once granted,
+// the degradation clears.
+func TestServerJoinReadFails(t *testing.T) {
+	d := testenv.NewDatabase(t)
+	admin := d.Target.Admin()
+	ctx := context.Background()
+	user := "ht_nojoin_" + strings.TrimPrefix(d.Name, "ht_")[:8]
+	pass := "pw_" + strings.TrimPrefix(d.Name, "ht_")[:8]
+	grants := []string{"CREATE USER '" + user + "'@'%' IDENTIFIED BY '" + pass + "'", "GRANT PROCESS ON *.* TO '" + user + "'@'%'"}
+	for _, tbl := range []string{"threads", "setup_consumers", "setup_instruments", "events_statements_current",
+		"events_statements_history", "events_statements_history_long", "prepared_statements_instances"} {
+		grants = append(grants, "GRANT SELECT ON performance_schema."+tbl+" TO '"+user+"'@'%'")
+	}
+	for _, q := range grants {
+		if _, err := admin.ExecContext(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() { admin.ExecContext(ctx, "DROP USER '"+user+"'@'%'") })
+	cfg := d.Config()
+	cfg.User, cfg.Passwd, cfg.DBName = user, pass, ""
+	c, m := newServerTarget(t, cfg.FormatDSN(), MinServerInterval)
+	db := d.Open(t)
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	var id int64
+	if err := conn.QueryRowContext(ctx, "SELECT CONNECTION_ID()").Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	pollOK(t, m)
+	// As with a ProxySQL target beside it, whose sample showed id held.
+	m.join.proxied = true
+	m.join.want(time.Now(), []attrib.BackendKey{{Thread: id}})
+	first := m.conn
+	for i := range 3 {
+		if _, err := conn.ExecContext(ctx, "/* conn_tag:join_fails */ SELECT 1"); err != nil {
+			t.Fatal(err)
+		}
+		before := m.lastPoll
+		pollOK(t, m)
+		if m.conn == nil || m.conn != first {
+			t.Fatalf("poll %d: the join read's failure dropped the connection", i)
+		}
+		if !m.lastPoll.After(before) {
+			t.Errorf("poll %d: lastPoll not advanced", i)
+		}
+	}
+	st := c.Sources()[0]
+	var failed *Degradation
+	for i, x := range st.Degraded {
+		if x.Reason == ReasonJoinReadFailed {
+			failed = &st.Degraded[i]
+		}
+	}
+	if !st.Up || st.State != StateDegraded || failed == nil {
+		t.Fatalf("join read denied: %+v, want up, degraded with %s", st, ReasonJoinReadFailed)
+	}
+	if !strings.Contains(failed.Detail, "events_transactions_current") || !strings.Contains(failed.Fix, "GRANT SELECT ON performance_schema.*") ||
+		strings.Contains(failed.Detail+failed.Fix, pass) {
+		t.Errorf("join read denied: %+v, want the error's table and the GRANT, no password", failed)
+	}
+	if f := totals(c, "db", "join_fails"); f.Stmts != 3 {
+		t.Errorf("join_fails: %v statements, want 3: the server's figures must keep coming", f.Stmts)
+	}
+	if len(m.join.reads) != 0 {
+		t.Errorf("%d join reads kept from failed reads", len(m.join.reads))
+	}
+
+	if _, err := admin.ExecContext(ctx, "GRANT SELECT ON performance_schema.events_transactions_current TO '"+user+"'@'%'"); err != nil {
+		t.Fatal(err)
+	}
+	pollOK(t, m)
+	for _, x := range c.Sources()[0].Degraded {
+		if x.Reason == ReasonJoinReadFailed {
+			t.Errorf("after the GRANT: still %+v", x)
+		}
+	}
+	if len(m.join.reads) == 0 || m.join.reads[len(m.join.reads)-1].Threads[id] == nil {
+		t.Errorf("after the GRANT: the join's reads do not show connection %d", id)
 	}
 }

@@ -53,9 +53,30 @@ type replaySeries struct {
 	since time.Time // the first sample: when the live source began
 	last  time.Time // the last sample
 	secs  map[int64]map[string]*replayFigures
+	// tags seen, capped at replayMaxTags as the live collector caps them
+	// (--max-tags' default): further tags go to collector.OverflowTag,
+	// counted in overflowed.
+	tags       map[string]bool
+	overflowed int
+}
+
+// replayMaxTags is the live collector's default --max-tags: a recording
+// with more tags is shown as the collector showed it, and its memory stays
+// bounded by tags, not by what a hostile or broken recording holds.
+const replayMaxTags = 1000
+
+func newReplaySeries() *replaySeries {
+	return &replaySeries{secs: map[int64]map[string]*replayFigures{}, tags: map[string]bool{}}
 }
 
 func (s *replaySeries) credit(at time.Time, tag string, f replayFigures) {
+	if !s.tags[tag] {
+		if len(s.tags) >= replayMaxTags {
+			tag = collector.OverflowTag
+			s.overflowed++
+		}
+		s.tags[tag] = true
+	}
 	sec := at.Unix()
 	m := s.secs[sec]
 	if m == nil {
@@ -169,7 +190,7 @@ func (rec *replayRecording) readTarget(ctx context.Context, target, processlist 
 	}
 	defer pr.Close()
 	rec.targets = append(rec.targets, target)
-	pl := &replaySeries{secs: map[int64]map[string]*replayFigures{}}
+	pl := newReplaySeries()
 	rec.series[replayKey{target, collector.SourceProxySQLProcesslist}] = pl
 	rec.headline[target] = collector.SourceProxySQLProcesslist
 
@@ -179,7 +200,7 @@ func (rec *replayRecording) readTarget(ctx context.Context, target, processlist 
 	haveEvent := false
 	var creditAt time.Time // the sample that reads the holds the log completed
 	if len(events) > 0 {
-		ev = &replaySeries{secs: map[int64]map[string]*replayFigures{}}
+		ev = newReplaySeries()
 		rec.series[replayKey{target, collector.SourceProxySQLEvents}] = ev
 		rec.headline[target] = collector.SourceProxySQLEvents
 		attr = collector.NewAttributor(collector.AttributorConfig{}, func(h *collector.Hold) {
@@ -261,11 +282,16 @@ func (rec *replayRecording) readTarget(ctx context.Context, target, processlist 
 		}
 		rows = rows[:0]
 	}
+	backwards := 0
 	for pr.Next() {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
 		r := *pr.Row()
+		if !at.IsZero() && r.SampleTime.Before(at) {
+			backwards++ // the collector writes samples in time order: not one of its
+			continue
+		}
 		if !r.SampleTime.Equal(at) && !at.IsZero() {
 			sample()
 		}
@@ -279,6 +305,15 @@ func (rec *replayRecording) readTarget(ctx context.Context, target, processlist 
 		return nil // no rows: no samples from this target
 	}
 	sample()
+	if backwards > 0 {
+		rec.notes = append(rec.notes, fmt.Sprintf("%s: %d rows dated before the sample they follow skipped", processlist, backwards))
+	}
+	for _, s := range []*replaySeries{pl, ev} {
+		if s != nil && s.overflowed > 0 {
+			rec.notes = append(rec.notes, fmt.Sprintf("%s: more than %d tags: %d credits of further tags shown as %s, as the collector would",
+				target, replayMaxTags, s.overflowed, collector.OverflowTag))
+		}
+	}
 	if n, lines := pr.Malformed(); n > 0 {
 		where := ""
 		if len(lines) > 0 {
@@ -707,7 +742,7 @@ func (t *topCmd) runReplay(ctx context.Context) error {
 		}
 		return print()
 	}
-	for at := rec.start; ; at = at.Add(t.interval) {
+	for at := rec.start; ; at = rec.nextPrint(at, t.interval) {
 		if err := ctx.Err(); err != nil {
 			return nil // Ctrl-C: what was printed stands
 		}
@@ -719,4 +754,20 @@ func (t *topCmd) runReplay(ctx context.Context) error {
 			return nil
 		}
 	}
+}
+
+// replayMaxGap is the longest stretch without samples a printed replay
+// steps through interval by interval; past it (the collector was stopped,
+// or a sample is misdated) it goes on at the next sample, so a gap of
+// days is not printed a table per second.
+const replayMaxGap = 5 * time.Minute
+
+// nextPrint is the instant after at that a printed replay shows next.
+func (rec *replayRecording) nextPrint(at time.Time, interval time.Duration) time.Time {
+	next := at.Add(interval)
+	i, _ := slices.BinarySearchFunc(rec.samples, next, func(s, t time.Time) int { return s.Compare(t) })
+	if i < len(rec.samples) && rec.samples[i].Sub(next) > replayMaxGap {
+		return rec.samples[i]
+	}
+	return next
 }

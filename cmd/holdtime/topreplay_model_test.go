@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -184,5 +185,52 @@ func TestReplayKeys(t *testing.T) {
 	// One second at 64x is 64 s of a 10 s recording: the end.
 	if !at().Equal(rec.end) || !m.ended {
 		t.Errorf("a tick at 64x from %v: at %v, ended %v; want the end", mid, at(), m.ended)
+	}
+}
+
+// TestReplayOfAMisdatedRecording: a sample dated ten years after the rest
+// and a row dated before the sample it follows (a broken or hostile
+// recording) neither print a table per second across the gap nor vanish
+// unsaid: the printed replay jumps the gap, and the skipped row is named.
+func TestReplayOfAMisdatedRecording(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.Mkdir(filepath.Join(dir, "px"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	pl := filepath.Join(dir, "px", "processlist.tsv")
+	copyFile(t, "../../collector/testdata/workload_processlist_samples.tsv", pl)
+	f, err := os.OpenFile(pl, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	row := "\t1\t117\tapp\tshop\t127.0.0.1\t57898\t0\tNULL\tNULL\tNULL\tNULL\tSleep\t7\tNULL\tNULL\tNULL\n"
+	f.WriteString("2036-12-02T08:41:30.000Z" + row + "2026-12-02T08:41:31.000Z" + row)
+	f.Close()
+	code, out, errOut := runCLI(t, "top", "--replay", dir, "--interval", "1s", "--color", "never")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	n := strings.Count(out, "replay 20")
+	t.Logf("%d tables printed", n)
+	if n == 0 || n > 40 {
+		t.Errorf("%d tables printed for 11 s of samples and one ten years later; want a dozen or so", n)
+	}
+	if !strings.Contains(out+errOut, "1 rows dated before the sample they follow skipped") {
+		t.Errorf("the misdated row is not named:\n%s%s", out[:min(len(out), 2000)], errOut)
+	}
+}
+
+// TestReplayCapsTagsAsTheCollector: past the collector's default
+// --max-tags, further tags of a recording are shown as overflow, as the
+// live collector showed them.
+func TestReplayCapsTagsAsTheCollector(t *testing.T) {
+	s := newReplaySeries()
+	at := time.Unix(1e9, 0)
+	for i := range replayMaxTags + 5 {
+		s.credit(at, fmt.Sprintf("t%d", i), replayFigures{hold: 1})
+	}
+	got := s.secs[at.Unix()]
+	if len(got) != replayMaxTags+1 || got[collector.OverflowTag] == nil || got[collector.OverflowTag].hold != 5 || s.overflowed != 5 {
+		t.Errorf("%d tags, overflow %+v, overflowed %d; want %d tags and 5 s of overflow", len(got), got[collector.OverflowTag], s.overflowed, replayMaxTags+1)
 	}
 }

@@ -201,7 +201,10 @@ func TestTopReplayShowsTheHogWhereTheLiveRunDid(t *testing.T) {
 		// (250 ms) or the next, and the live collector's own lag, which
 		// varies with load: quiet, the figures agreed within 10 %; beside
 		// the whole package's tests under -race on two cores, within 16 %
-		// (the live collector credits a late read of the log at once).
+		// (the live collector credits a late read of the log at once). The
+		// bound is 20 % plus 0.1 connection: a margin over the worst seen,
+		// loose for the small tags (0.1 connection is 40 % of 0.25); the
+		// first tag, checked above, is the claim.
 		for i, lr := range s.resp.Rows {
 			if i == 3 {
 				break

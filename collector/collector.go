@@ -125,6 +125,17 @@ type MySQLConfig struct {
 	// innodb_status_output_locks=ON: the source says so (degraded) and
 	// never sets it.
 	LocksInterval time.Duration
+	// JoinOnly polls the server only for what the proxy↔server join needs
+	// (the connections it lists, and the performance_schema evidence of
+	// the backends this collector's ProxySQL targets show held) and
+	// exports none of its figures: no server-layer hold, statements,
+	// gauges, locks (LocksInterval is ignored) or per-tag series for this
+	// target, and no app span hints. Use it when several collectors share
+	// a server, each with its own ProxySQLs: each gets the exact join
+	// while one collector, with a full target, exports the server's
+	// figures, so Prometheus sums count nothing twice. The source's status
+	// says join_only. It needs a ProxySQL target in the same Config.
+	JoinOnly bool
 }
 
 // MinServerInterval is the shortest MySQL poll interval. InnoDB serves
@@ -245,6 +256,12 @@ func (cfg Config) withDefaults() (Config, error) {
 		if _, err := parseDSN(m.DSN, cfg.Timeout); err != nil {
 			return cfg, fmt.Errorf("mysql target %q: %w", m.Name, err)
 		}
+		if m.JoinOnly {
+			if len(cfg.ProxySQL) == 0 {
+				return cfg, fmt.Errorf("mysql target %q is join-only but the config has no ProxySQL target: it would read nothing; add the ProxySQL targets in front of it, or drop JoinOnly", m.Name)
+			}
+			m.LocksInterval = -1
+		}
 	}
 	cfg.OTLP.Target = cmp.Or(cfg.OTLP.Target, "app")
 	cfg.OTLP.MaxBodyBytes = cmp.Or(cfg.OTLP.MaxBodyBytes, 8<<20)
@@ -353,6 +370,11 @@ func New(cfg Config) (*Collector, error) {
 		c.mysqls = append(c.mysqls, t)
 		c.board.joins = append(c.board.joins, t.join)
 		t.join.proxied = len(cfg.ProxySQL) > 0
+		if m.JoinOnly {
+			// Known, with no layer: its figures are another collector's.
+			c.st.setJoinOnly(m.Name, SourceMySQL)
+			continue
+		}
 		if c.router.mysqlHinted(cfg, m.Name) {
 			c.router.connect(cfg, c.router.mysqlKeys[m.Name], t.hint)
 		}

@@ -196,7 +196,19 @@
 // 'YES' WHERE NAME IN ('events_statements_history_long'), and
 // performance-schema-consumer-events-statements-history-long=ON under
 // [mysqld] to keep it after a restart; the source reads the setup again
-// every 30 s.
+// every 30 s. Beside ProxySQL targets the source also reads the
+// performance_schema evidence of the backends they show held, for the
+// proxy↔server join; a failed read of it degrades the source
+// (server_join_read_failed, with the error) and leaves the server's
+// figures alone.
+//
+// A join-only target (MySQLConfig.JoinOnly) reads the server only for the
+// join: the connection list and that evidence, no figures of its own (no
+// server layer, gauges, locks or per-tag series; its status says
+// join_only). Several collectors sharing one server, each with its own
+// ProxySQLs, each get the exact join from a join-only target while one
+// collector with a full target exports the server's figures, so sums
+// across collectors count nothing twice.
 //
 // Polls must be at least MinServerInterval apart: InnoDB freezes
 // INNODB_TRX when read more often than every 100 ms, and MariaDB may list

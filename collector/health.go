@@ -56,6 +56,10 @@ type SourceStatus struct {
 	// for this target.
 	Layer    Layer `json:"layer,omitempty"`
 	Headline bool  `json:"headline"`
+	// JoinOnly is set on a MySQL source that reads the server only for
+	// the proxy↔server join (MySQLConfig.JoinOnly): it exports no figures
+	// and has no Layer; another collector exports the server's.
+	JoinOnly bool `json:"join_only,omitempty"`
 	// Up is set while the source answers (up or degraded).
 	Up    bool   `json:"up"`
 	State string `json:"state"`
@@ -92,7 +96,10 @@ func push(s Source) bool { return s == SourceOTLP }
 func (s *store) status(k seriesKey, sr *series, now time.Time) SourceStatus {
 	st := SourceStatus{Target: k.target, Source: k.source, Layer: k.source.Layer(), Headline: s.isHeadline(k),
 		LastSuccess: sr.lastSuccess.UTC(), LastError: sr.lastError, Failure: sr.failure,
-		Malformed: sr.malformed, MalformedSample: sr.malformedSample, ServerJoin: maps.Clone(sr.joinHold)}
+		Malformed: sr.malformed, MalformedSample: sr.malformedSample, ServerJoin: maps.Clone(sr.joinHold), JoinOnly: sr.joinOnly}
+	if sr.joinOnly {
+		st.Layer = ""
+	}
 	if sr.lastSuccess.IsZero() {
 		st.LastSuccess = time.Time{}
 	}

@@ -82,6 +82,14 @@ func (s *store) setHeadline(target string, source Source) {
 	s.get(target, source)
 }
 
+// setJoinOnly registers a source that exports no figures
+// (MySQLConfig.JoinOnly): never a headline, in no layer.
+func (s *store) setJoinOnly(target string, source Source) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.get(target, source).joinOnly = true
+}
+
 // isHeadline reports whether (target, source) is its layer's headline.
 // Callers hold mu.
 func (s *store) isHeadline(k seriesKey) bool {

@@ -80,6 +80,11 @@ const (
 		`JOIN performance_schema.threads r ON r.THREAD_ID = w.REQUESTING_THREAD_ID ` +
 		`JOIN performance_schema.threads b ON b.THREAD_ID = w.BLOCKING_THREAD_ID`
 
+	// A join-only target's one query per poll besides the join's read:
+	// the connections, for the board to map ProxySQL's backends.
+	queryJoinConnections = CollectorMarker + `SELECT ID, HOST FROM information_schema.PROCESSLIST ` +
+		`WHERE ID <> CONNECTION_ID() AND USER <> 'system user' AND COMMAND NOT IN ('Daemon', 'Binlog Dump', 'Binlog Dump GTID')`
+
 	queryVersion   = CollectorMarker + `SELECT VERSION()`
 	queryUptime    = CollectorMarker + `SHOW GLOBAL STATUS LIKE 'Uptime'`
 	queryPerfOn    = CollectorMarker + `SELECT @@performance_schema`
@@ -254,8 +259,8 @@ func newMySQLTarget(st *store, ccfg Config, router *spanRouter, cfg MySQLConfig)
 	m := &mysqlTarget{st: st, log: ccfg.Logger, cfg: cfg, secret: mc.Passwd, user: mc.User, db: db, causes: mc.Logger.(*causeLogger),
 		sessions: map[int64]*serverSession{}, maxGap: max(4*cfg.Interval, time.Second), batch: map[string]*tagDelta{},
 		seenStmts: map[stmtKey]uint64{}, running: map[stmtKey]*runningStmt{}, join: newServerJoin(),
-		hints: hintsIf(router.mysqlHinted(ccfg, cfg.Name))}
-	if cfg.LocksInterval > 0 {
+		hints: hintsIf(!cfg.JoinOnly && router.mysqlHinted(ccfg, cfg.Name))}
+	if cfg.LocksInterval > 0 && !cfg.JoinOnly {
 		if m.locks, err = newLocksReader(m, cfg.DSN, ccfg.Timeout); err != nil {
 			db.Close()
 			return nil, err
@@ -382,6 +387,9 @@ func (m *mysqlTarget) pollLocked(ctx context.Context) error {
 			return err
 		}
 	}
+	if m.cfg.JoinOnly {
+		return m.pollJoinOnly(ctx)
+	}
 	at := time.Now()
 	rows, bad, err := m.querySessions(ctx)
 	if err != nil {
@@ -401,6 +409,37 @@ func (m *mysqlTarget) pollLocked(ctx context.Context) error {
 	m.apply(at, rows, stmts, waits)
 	// The server's figures are read and credited: a failed join read
 	// degrades the join, never the poll.
+	m.readJoin(ctx)
+	m.lastPoll = at
+	return nil
+}
+
+// pollJoinOnly is a join-only target's poll (MySQLConfig.JoinOnly): the
+// connections listed, for the board to map ProxySQL's backends, and the
+// join's read of those shown held. Nothing is credited.
+func (m *mysqlTarget) pollJoinOnly(ctx context.Context) error {
+	at := time.Now()
+	rs, err := m.conn.QueryContext(ctx, queryJoinConnections)
+	if err != nil {
+		return fmt.Errorf("query information_schema.PROCESSLIST: %w: the account needs the PROCESS privilege", err)
+	}
+	defer rs.Close()
+	hosts := map[int64]string{}
+	bad := 0
+	for rs.Next() {
+		var id int64
+		var host sql.NullString
+		if err := rs.Scan(&id, &host); err != nil {
+			bad++
+			continue
+		}
+		hosts[id] = host.String
+	}
+	if err := rs.Err(); err != nil {
+		return fmt.Errorf("read processlist: %w", err)
+	}
+	m.st.malformed(m.cfg.Name, SourceMySQL, bad)
+	m.join.update(at, hosts)
 	m.readJoin(ctx)
 	m.lastPoll = at
 	return nil

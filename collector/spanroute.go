@@ -120,8 +120,8 @@ func newSpanRouter(cfg Config) (*spanRouter, error) {
 			return nil, fmt.Errorf("mysql target %q: %w", m.Name, err)
 		}
 		key, ok := dsnRouteKey(mc)
-		if !ok {
-			continue
+		if !ok || m.JoinOnly {
+			continue // a join-only target credits nothing: its spans are the full target's
 		}
 		if err := claim(key, "mysql target "+strconv.Quote(m.Name)); err != nil {
 			return nil, err

@@ -147,6 +147,9 @@ type series struct {
 	// lowerBound is the last time the source could not keep up and its
 	// statement count became a lower bound.
 	lowerBound time.Time
+	// joinOnly marks a MySQL source that reads only for the proxy↔server
+	// join (MySQLConfig.JoinOnly): it has no figures and no layer.
+	joinOnly bool
 }
 
 // gauges are the current-state figures a poll replaces as a whole.

@@ -341,6 +341,7 @@ func New(cfg Config) (*Collector, error) {
 		return nil, fmt.Errorf("collector config: %w", err)
 	}
 	c := &Collector{cfg: cfg, st: newStore(cfg.MaxTags, time.Now), router: router, board: &board{}}
+	c.st.otlpMetrics = cfg.OTLP.Enabled && cfg.OTLP.Metrics
 	// Each target's main source is known (and down) from the start, so
 	// that Ready means "every target has answered", not "nothing has run".
 	for _, p := range cfg.ProxySQL {

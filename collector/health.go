@@ -108,10 +108,17 @@ func (s *store) status(k seriesKey, sr *series, now time.Time) SourceStatus {
 		st.State, st.Reason = StateWaiting, "no_spans_yet"
 		st.Detail = "no OTLP export has arrived since the collector started"
 		st.Fix = "point the app's OTLP/HTTP trace exporter at this collector's /v1/traces and give conntag the tracer provider (conntag.WithTracerProvider)"
+		if s.otlpMetrics {
+			st.Fix = "point the app's OTLP/HTTP metric exporter at this collector's /v1/metrics (conntag's counters: the app layer's figures) and its trace exporter at /v1/traces (conntag.WithTracerProvider: hold spans name ProxySQL sessions)"
+		}
 	case push(k.source) && now.Sub(sr.lastSuccess) > PushIdle:
 		st.State, st.Reason = StateWaiting, "no_spans_recently"
 		st.Detail = fmt.Sprintf("no OTLP export for %.0f s: the app holds no connection, or its exporter fails", now.Sub(sr.lastSuccess).Seconds())
 		st.Fix = "if the app is busy, check its OpenTelemetry exporter's errors and that it can reach /v1/traces"
+		if s.otlpMetrics {
+			st.Detail = fmt.Sprintf("no OTLP export for %.0f s: the app holds no connection, or its exporters fail", now.Sub(sr.lastSuccess).Seconds())
+			st.Fix = "check the app's OpenTelemetry exporters' errors and that they can reach /v1/metrics (conntag's counters) and /v1/traces"
+		}
 	case !sr.up && sr.lastError == "":
 		st.State, st.Reason = StateWaiting, "first_poll"
 		st.Detail = "no poll has finished yet"

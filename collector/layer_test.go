@@ -322,7 +322,30 @@ func TestOTLPSourceHealth(t *testing.T) {
 		t.Errorf("last success %v after a second export 90 s later; want %v", second, first+90)
 	}
 	now = now.Add(PushIdle + time.Second)
-	if s := state(); s.State != StateWaiting || s.Reason != "no_spans_recently" || s.Up {
-		t.Errorf("no export for %v: %+v; want waiting", PushIdle, s)
+	if s := state(); s.State != StateWaiting || s.Reason != "no_spans_recently" || s.Up ||
+		!strings.Contains(s.Fix, "/v1/traces") || strings.Contains(s.Fix, "/v1/metrics") {
+		t.Errorf("no export for %v: %+v; want waiting, naming /v1/traces only", PushIdle, s)
+	}
+}
+
+// TestOTLPMetricsWaitingNamesBoth: with OTLPConfig.Metrics the receiver's
+// waiting states name /v1/metrics (the counters) as well as /v1/traces.
+func TestOTLPMetricsWaitingNamesBoth(t *testing.T) {
+	c, err := New(Config{OTLP: OTLPConfig{Enabled: true, Metrics: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Unix(1_800_000_000, 0)
+	c.st.now = func() time.Time { return now }
+	both := func(s SourceStatus) bool {
+		return strings.Contains(s.Fix, "/v1/metrics") && strings.Contains(s.Fix, "/v1/traces")
+	}
+	if s := c.Sources()[0]; s.Reason != "no_spans_yet" || !both(s) {
+		t.Errorf("before any export: %+v; want both paths named", s)
+	}
+	c.st.success("app", SourceOTLP)
+	now = now.Add(PushIdle + time.Second)
+	if s := c.Sources()[0]; s.Reason != "no_spans_recently" || !both(s) {
+		t.Errorf("no export for %v: %+v; want both paths named", PushIdle, s)
 	}
 }

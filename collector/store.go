@@ -203,6 +203,9 @@ type store struct {
 	// fixed by the configuration so that layer counters never switch
 	// sources (and jump) between polls.
 	headline map[targetLayer]Source
+	// otlpMetrics is set (by New, before Run) when the OTLP receiver also
+	// serves /v1/metrics: its status messages name both paths.
+	otlpMetrics bool
 }
 
 func newStore(maxTags int, now func() time.Time) *store {

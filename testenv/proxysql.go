@@ -63,6 +63,8 @@ type ProxySQLOptions struct {
 	appPort, adminPort int
 	// backendUserDone: the fleet made the backend account already.
 	backendUserDone bool
+	// configTail is appended to the config file (tests of a failed start).
+	configTail string
 }
 
 // ProxySQL is a running throwaway ProxySQL in front of a test server, with
@@ -145,7 +147,7 @@ mysql_users=
 (
 	{ username="{{.AppUser}}", password="{{.AppPass}}", default_hostgroup=0, default_schema="{{.Schema}}", transaction_persistent=1, active=1 }
 )
-`))
+{{.ConfigTail}}`))
 
 // StartProxySQL starts ProxySQL in front of opts.Backend and waits until both
 // its admin and app interfaces answer. Without a proxysql binary it returns
@@ -227,6 +229,7 @@ func StartProxySQL(ctx context.Context, opts ProxySQLOptions) (_ *ProxySQL, err 
 		"AppAddr": p.AppAddr, "Threads": cmp.Or(opts.Threads, 2), "EventsLog": p.EventsLog,
 		"SetupVariables": setupVariables(opts),
 		"BackendHost":    host, "BackendPort": port, "AppUser": p.AppUser, "AppPass": p.AppPass, "Schema": opts.Schema,
+		"ConfigTail": opts.configTail,
 	})
 	if cerr := f.Close(); err == nil {
 		err = cerr
@@ -250,9 +253,11 @@ func StartProxySQL(ctx context.Context, opts ProxySQLOptions) (_ *ProxySQL, err 
 	go func() { _ = p.cmd.Wait(); close(p.done) }()
 	for _, dsn := range []string{p.AdminDSN(), p.AppDSN()} {
 		if err := waitSQL(ctx, dsn, p.done); err != nil {
+			// Read the logs before Close removes the directory: a failed
+			// start says why.
+			logs := p.logTails(startLogLines)
 			p.Close()
-			log, _ := os.ReadFile(filepath.Join(dir, "proxysql.log"))
-			return nil, fmt.Errorf("testenv: proxysql did not come up: %w\n%s", err, tail(log, 4000))
+			return nil, fmt.Errorf("testenv: proxysql did not come up: %w\n%s", err, logs)
 		}
 	}
 	keepProxySQLTLS(dir)
@@ -354,6 +359,33 @@ func waitSQL(ctx context.Context, dsn string, exited <-chan struct{}) error {
 		case <-tick.C:
 		}
 	}
+}
+
+// startLogLines is how many of each log's last lines a failed start
+// reports.
+const startLogLines = 20
+
+// logTails returns the last n lines of ProxySQL's stdout/stderr and of its
+// error log, each under its name, with the instance's passwords blanked.
+func (p *ProxySQL) logTails(n int) string {
+	var b strings.Builder
+	for _, name := range []string{"stdout.log", "proxysql.log"} {
+		data, err := os.ReadFile(filepath.Join(p.dir, name))
+		if err != nil {
+			fmt.Fprintf(&b, "--- %s: %v\n", name, err)
+			continue
+		}
+		lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+		lines = lines[max(len(lines)-n, 0):]
+		text := strings.Join(lines, "\n")
+		for _, pw := range []string{p.AdminPass, p.AppPass, p.StatsPass} {
+			if pw != "" {
+				text = strings.ReplaceAll(text, pw, "xxx")
+			}
+		}
+		fmt.Fprintf(&b, "--- last %d lines of %s:\n%s\n", len(lines), name, text)
+	}
+	return strings.TrimRight(b.String(), "\n")
 }
 
 func tail(b []byte, n int) string {

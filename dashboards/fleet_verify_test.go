@@ -41,7 +41,10 @@ func TestShardedCollectorsAddUpToOne(t *testing.T) {
 	server := collector.MySQLConfig{Name: "mariadb", DSN: database.Target.Config("").FormatDSN(), Interval: 200 * time.Millisecond}
 	all := collector.Config{MySQL: []collector.MySQLConfig{server}}
 	parts := make([]collector.Config, shards)
+	joinOnly := server
+	joinOnly.JoinOnly = true // as collect --shard gives a server to a shard that does not own it
 	parts[0].MySQL = []collector.MySQLConfig{server}
+	parts[1].MySQL = []collector.MySQLConfig{joinOnly}
 	owned := make([]int, shards)
 	for i, px := range fleet {
 		pc := collector.ProxySQLConfig{Name: fmt.Sprintf("px%d", i+1), DSN: px.AdminDSN(), EventsLog: px.EventsLog,

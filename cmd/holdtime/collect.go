@@ -103,7 +103,7 @@ only, off loopback).`,
 	f.StringArrayVar(&c.eventsLogs, "proxysql-events-log", nil, "JSON events log of a ProxySQL target as NAME=PATH (repeatable)")
 	f.StringArrayVar(&c.clientAddrs, "proxysql-client-address", nil, "address apps dial for a ProxySQL target as NAME=HOST:PORT (repeatable): app spans naming it (server.address, server.port) give that instance's session tags")
 	f.StringArrayVar(&c.mysql, "mysql", nil, "MySQL/MariaDB server as NAME=DSN (repeatable)")
-	f.StringVar(&c.shard, "shard", "", "poll only this collector's part of the --proxysql fleet, as INDEX/COUNT (0/2 and 1/2 for two collectors given the same flags); a stable hash of each target's name picks its collector")
+	f.StringVar(&c.shard, "shard", "", "poll only this collector's part of the --proxysql fleet, as INDEX/COUNT (0/2 and 1/2 for two collectors given the same flags); a stable hash of each target's name picks its collector; a --mysql server another shard owns is read for the proxy↔server join only")
 	f.BoolVar(&c.otlp, "otlp", false, "receive conntag's spans over OTLP/HTTP at /v1/traces")
 	f.BoolVar(&c.otlpMetrics, "otlp-metrics", false, "also receive conntag's per-tag counters at /v1/metrics (implies --otlp): the app layer's figures come from them, and hold spans only name ProxySQL sessions (no hold counted twice; spans may be sampled)")
 	f.StringVar(&c.otlpListen, "otlp-listen", "", "also serve /v1/traces (and /v1/metrics with --otlp-metrics) on this address (the OTLP/HTTP port is 4318); implies --otlp")
@@ -339,7 +339,14 @@ func (c *collectCmd) config(reg *prometheus.Registry, logger *slog.Logger) (coll
 		if err != nil {
 			return cfg, err
 		}
-		cfg.MySQL = append(cfg.MySQL, collector.MySQLConfig{Name: name, DSN: dsn, Interval: c.mysqlInterval})
+		// Sharded, every collector reads a server's join evidence for its
+		// own ProxySQLs; only the shard that owns the server exports its
+		// figures, so sums over collectors count it once.
+		joinOnly := !sh.Owns(name)
+		if joinOnly && len(cfg.ProxySQL) == 0 {
+			continue // nothing here to join: another shard polls it
+		}
+		cfg.MySQL = append(cfg.MySQL, collector.MySQLConfig{Name: name, DSN: dsn, Interval: c.mysqlInterval, JoinOnly: joinOnly})
 	}
 	if len(others) > 0 && len(cfg.ProxySQL) == 0 && len(cfg.MySQL) == 0 && !cfg.OTLP.Enabled {
 		return cfg, fmt.Errorf("--shard %d/%d: every --proxysql target given (%s) belongs to another shard and there is no --mysql "+
@@ -415,6 +422,18 @@ func (c *collectCmd) run(ctx context.Context) error {
 			mine[i] = p.Name
 		}
 		fmt.Fprintf(c.out, "holdtime collect: shard %s polls ProxySQL %s; other shards poll %s\n", c.shard, listOrNone(mine), listOrNone(c.others))
+		var full, join []string
+		for _, m := range cfg.MySQL {
+			if m.JoinOnly {
+				join = append(join, m.Name)
+			} else {
+				full = append(full, m.Name)
+			}
+		}
+		if len(full)+len(join) > 0 {
+			fmt.Fprintf(c.out, "holdtime collect: shard %s exports MySQL %s; reads MySQL %s for the proxy↔server join only (another shard exports it)\n",
+				c.shard, listOrNone(full), listOrNone(join))
+		}
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()

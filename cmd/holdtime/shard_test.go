@@ -27,12 +27,31 @@ func TestCollectShardConfig(t *testing.T) {
 		return c
 	}
 	seen := map[string]int{}
+	exporters := 0
 	for i := 0; i < 3; i++ {
 		c := base(fmt.Sprintf("%d/3", i))
 		c.otlp = true // a shard may own no ProxySQL
+		c.mysql = []string{"db=u:secretpw@tcp(127.0.0.1:1)/"}
 		cfg, err := c.config(prometheus.NewRegistry(), nil)
 		if err != nil {
 			t.Fatalf("shard %d/3: %v", i, err)
+		}
+		// The server: exported by the shard that owns it, read for the
+		// join by every other shard that has ProxySQLs to join.
+		switch {
+		case shard.Owner("db", 3) == i:
+			if len(cfg.MySQL) != 1 || cfg.MySQL[0].JoinOnly {
+				t.Errorf("shard %d/3 owns db but has %+v", i, cfg.MySQL)
+			}
+			exporters++
+		case len(cfg.ProxySQL) > 0:
+			if len(cfg.MySQL) != 1 || !cfg.MySQL[0].JoinOnly {
+				t.Errorf("shard %d/3 has ProxySQLs but reads db as %+v; want join-only", i, cfg.MySQL)
+			}
+		default:
+			if len(cfg.MySQL) != 0 {
+				t.Errorf("shard %d/3 has no ProxySQL, yet reads db: %+v", i, cfg.MySQL)
+			}
 		}
 		for _, p := range cfg.ProxySQL {
 			seen[p.Name]++
@@ -43,6 +62,9 @@ func TestCollectShardConfig(t *testing.T) {
 		if len(cfg.ProxySQL)+len(c.others) != len(fleet) {
 			t.Errorf("shard %d/3: %d own + %d others, want %d", i, len(cfg.ProxySQL), len(c.others), len(fleet))
 		}
+	}
+	if exporters != 1 {
+		t.Errorf("%d shards export db's figures, want 1", exporters)
 	}
 	for _, name := range fleet {
 		if seen[name] != 1 {

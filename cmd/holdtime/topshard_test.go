@@ -16,7 +16,8 @@ import (
 )
 
 // TestTopPrometheusOfShardsEqualsOneCollector: five real ProxySQLs split
-// between two collectors by --shard's hash (MySQL in one of them), a real
+// between two collectors by --shard's hash (MySQL exported by one, read
+// join-only by the other, as collect --shard does), a real
 // Prometheus scraping the two, and a third collector watching all five
 // that Prometheus does not scrape. top --prometheus gives every tag's
 // proxy and server figure equal, within sampling noise, to the third
@@ -36,7 +37,10 @@ func TestTopPrometheusOfShardsEqualsOneCollector(t *testing.T) {
 	server := collector.MySQLConfig{Name: "db", DSN: d.Target.Config("").FormatDSN(), Interval: 250 * time.Millisecond, LocksInterval: -1}
 	whole := collector.Config{MySQL: []collector.MySQLConfig{server}}
 	parts := make([]collector.Config, 2)
+	joinOnly := server
+	joinOnly.JoinOnly = true // as collect --shard gives a server to a shard that does not own it
 	parts[0].MySQL = []collector.MySQLConfig{server}
+	parts[1].MySQL = []collector.MySQLConfig{joinOnly}
 	for i, px := range fleet {
 		pc := collector.ProxySQLConfig{Name: fmt.Sprintf("px%d", i+1), DSN: px.AdminDSN(), EventsLog: px.EventsLog, DigestInterval: -1}
 		whole.ProxySQL = append(whole.ProxySQL, pc)

@@ -497,6 +497,9 @@ func sourcesLine(sources []collector.SourceStatus) []cell {
 		if s.Layer != "" && !s.Headline {
 			cells = append(cells, plain(" (cross-check)"))
 		}
+		if s.JoinOnly {
+			cells = append(cells, plain(" (join only)"))
+		}
 	}
 	return cells
 }

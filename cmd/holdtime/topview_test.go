@@ -223,10 +223,11 @@ func TestTopSourceStates(t *testing.T) {
 		{Target: "db", Source: collector.SourceMySQL, Layer: collector.LayerServer, Headline: true, Up: true, State: collector.StateDegraded, Reason: "history_long_consumer_off"},
 		{Target: "px", Source: collector.SourceProxySQLProcesslist, Layer: collector.LayerProxy, State: collector.StateDown, Reason: "refused"},
 		{Target: "px", Source: collector.SourceProxySQLDigest, Layer: collector.LayerProxy, Up: true, State: collector.StateUp},
+		{Target: "db2", Source: collector.SourceMySQL, Up: true, State: collector.StateUp, JoinOnly: true},
 	}
 	got := strings.Split(renderTop(t, resp, 0, false), "\n")[1]
 	want := "sources: app/otlp waiting (no_spans_yet), db/mysql degraded (history_long_consumer_off), " +
-		"px/proxysql_processlist DOWN (refused) (cross-check), px/proxysql_digest up (cross-check)"
+		"px/proxysql_processlist DOWN (refused) (cross-check), px/proxysql_digest up (cross-check), db2/mysql up (join only)"
 	if got != want {
 		t.Errorf("sources line\n got %q\nwant %q", got, want)
 	}

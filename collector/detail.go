@@ -45,14 +45,21 @@ type TagDetail struct {
 	// Deadlocks are the deadlocks the tag was in since the collector
 	// started, as the victim or the other.
 	Deadlocks []DetailDeadlock `json:"deadlocks"`
-	// LongestHolds, Statements and Frames are what the drill-down would
-	// show next: the tag's longest holds in the window, its statements by
-	// hold, and (from an app serving a hold profile) its hottest frames.
-	// This collector does not serve them yet: Unknown says so.
-	LongestHolds []DetailHold      `json:"longest_holds,omitempty"`
-	Statements   []DetailStatement `json:"statements,omitempty"`
-	Frames       []DetailFrame     `json:"frames,omitempty"`
-	Unknown      []string          `json:"unknown,omitempty"`
+	// LongestHolds are the tag's longest completed holds that ended in
+	// the last 5 minutes, up to 5 per target and source, longest first:
+	// the events log's exact holds, and the processlist's runs of samples
+	// of one borrow with the backend idle in one of them at least (their
+	// span, known to a sample gap).
+	LongestHolds []DetailHold `json:"longest_holds"`
+	// Statements are the tag's statements (ProxySQL's digests) with the
+	// most time in the last 5 minutes, up to 8 per target and source, most
+	// first.
+	Statements []DetailStatement `json:"statements"`
+	// Frames is what the drill-down would show next: (from an app serving
+	// a hold profile) the tag's hottest frames. This collector does not
+	// serve them yet: Unknown says so.
+	Frames  []DetailFrame `json:"frames,omitempty"`
+	Unknown []string      `json:"unknown,omitempty"`
 }
 
 // DetailSession is one ProxySQL session holding a backend (or waiting for
@@ -116,8 +123,9 @@ type DetailDeadlock struct {
 	Count     float64 `json:"count"`
 }
 
-// DetailHold is one of a tag's longest holds in the window (not served
-// yet).
+// DetailHold is one of a tag's longest holds in the window. Start is when
+// the backend was attached (a sampled run: its first sample); SessionID is
+// ProxySQL's session (the events log's thread_id).
 type DetailHold struct {
 	Target      string    `json:"target"`
 	Source      Source    `json:"source"`
@@ -130,10 +138,13 @@ type DetailHold struct {
 	LastStatement string `json:"last_statement,omitempty"`
 }
 
-// DetailStatement is one of a tag's statements (a digest) by hold in the
-// window (not served yet).
+// DetailStatement is one of a tag's statements (a digest) by time in the
+// window. HoldSeconds is the time its executions held a backend running it
+// (ProxySQL's sum_time): the active part of the tag's hold, not the idle
+// time between statements.
 type DetailStatement struct {
 	Target      string  `json:"target"`
+	Source      Source  `json:"source"`
 	Digest      string  `json:"digest"`
 	Text        string  `json:"text"`
 	Count       float64 `json:"count"`
@@ -152,8 +163,6 @@ type DetailFrame struct {
 // detailNotServed is what TagDetail.Unknown says of the lists this
 // collector cannot fill yet.
 var detailNotServed = []string{
-	"longest_holds: the sources keep per-tag sums, not single holds",
-	"statements: digests are kept per tag, not per digest and tag",
 	"frames: the collector does not read the app's hold profile (holdtime demo serves it at /debug/holdtime/profile)",
 }
 
@@ -171,7 +180,7 @@ func (c *Collector) serveTagDetail(w http.ResponseWriter, r *http.Request) {
 func (c *Collector) TagDetail(tag string) TagDetail {
 	d := TagDetail{Tag: tag, At: c.st.now().UTC(), Sessions: []DetailSession{}, Pins: []DetailPin{},
 		Transactions: []DetailTransactions{}, Locks: []DetailLocks{}, LockWaits: []DetailLockWait{},
-		Deadlocks: []DetailDeadlock{}, Unknown: detailNotServed}
+		Deadlocks: []DetailDeadlock{}, LongestHolds: []DetailHold{}, Statements: []DetailStatement{}, Unknown: detailNotServed}
 	for _, p := range c.proxies {
 		d.Sessions = append(d.Sessions, p.sessions.detail(tag)...)
 	}
@@ -208,6 +217,8 @@ func (c *Collector) TagDetail(tag string) TagDetail {
 			}
 		}
 	}
+	d.LongestHolds = s.longestOf(tag)
+	d.Statements = s.statementsOf(tag)
 	s.mu.Unlock()
 	slices.SortFunc(d.Sessions, func(a, b DetailSession) int {
 		return cmp.Or(strings.Compare(a.Target, b.Target), cmp.Compare(a.SessionID, b.SessionID))

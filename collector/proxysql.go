@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -237,6 +238,9 @@ type digestState struct {
 	prev     map[digestKey]digestRow
 	cur      map[digestKey]digestRow
 	baseline bool
+	// deltas are the last apply's per-digest deltas, for the tags'
+	// statements.
+	deltas []digestDelta
 	// held keeps the figures of tags no other source has shown yet, for
 	// digestHold: ProxySQL 2.7.1's digest text sometimes mixes the comment
 	// bytes of concurrent statements, and such a "tag" is nobody's.
@@ -244,7 +248,10 @@ type digestState struct {
 }
 
 type heldDigest struct {
-	d      tagDelta
+	d tagDelta
+	// deltas are the held tag's per digest deltas, summed per digest,
+	// given to the tag's statements with its figures.
+	deltas map[string]*digestDelta
 	rows   int
 	since  time.Time
 	sample string
@@ -337,6 +344,8 @@ func digestTag(text string, keepComments bool, buf []byte) ([]byte, string) {
 // source has shown wait in held.
 func (d *digestState) apply(rows []digestRow, keepComments bool, batch map[string]*tagDelta) {
 	clear(d.cur)
+	clear(d.deltas)
+	d.deltas = d.deltas[:0]
 	var buf []byte
 	for _, r := range rows {
 		d.cur[r.key] = r
@@ -344,7 +353,7 @@ func (d *digestState) apply(rows []digestRow, keepComments bool, batch map[strin
 			continue
 		}
 		dc, dt := r.count, r.sumUS
-		if p, ok := d.prev[r.key]; ok && r.count >= p.count && r.firstSeen == p.firstSeen {
+		if p, ok := d.prev[r.key]; ok && r.count >= p.count && abs(r.firstSeen-p.firstSeen) <= firstSeenJitter {
 			dc, dt = r.count-p.count, max(r.sumUS-p.sumUS, 0)
 		}
 		if dc == 0 && dt == 0 {
@@ -362,9 +371,24 @@ func (d *digestState) apply(rows []digestRow, keepComments bool, batch map[strin
 		}
 		td.Stmts += float64(dc)
 		td.Active += float64(dt) / 1e6
+		d.deltas = append(d.deltas, digestDelta{tag: tag, digest: r.key.digest, text: r.text, count: float64(dc), seconds: float64(dt) / 1e6})
 	}
 	d.baseline = true
 	d.prev, d.cur = d.cur, d.prev
+}
+
+// firstSeenJitter is how far first_seen moves between two reads of the
+// same digest: ProxySQL 2.7.1 converts it from its monotonic clock at each
+// read, and the second it shows goes back and forth by one (3 reads in 30
+// of one digest were a second later). Taken as a reset, the move counted
+// the digest's whole count again.
+const firstSeenJitter = 1
+
+func abs(v int64) int64 {
+	if v < 0 {
+		return -v
+	}
+	return v
 }
 
 func (t *proxysqlTarget) pollDigest(ctx context.Context) error {
@@ -396,6 +420,7 @@ func (t *proxysqlTarget) pollDigest(ctx context.Context) error {
 	n, sample := t.digests.checkTags(at, batch, func(tag string) bool { return t.st.seenElsewhere(tag, SourceProxySQLDigest) })
 	t.st.malformedWith(t.cfg.Name, SourceProxySQLDigest, n, sample)
 	t.st.add(t.cfg.Name, SourceProxySQLDigest, batch)
+	t.st.addStatements(t.cfg.Name, SourceProxySQLDigest, t.digests.deltas)
 	return t.record("stats_mysql_query_digest", at, cols, raw)
 }
 
@@ -496,6 +521,25 @@ func malformedDigest(text string) string { return malformedPrefix + attrib.Trunc
 // held until then. Held figures of a tag another source has shown since
 // go back into batch. It returns how many rows were rejected and the text
 // of the latest.
+// holdDeltas moves this poll's deltas of a held tag into h.
+func (d *digestState) holdDeltas(tag string, h *heldDigest) {
+	d.deltas = slices.DeleteFunc(d.deltas, func(dd digestDelta) bool {
+		if dd.tag != tag {
+			return false
+		}
+		if h.deltas == nil {
+			h.deltas = map[string]*digestDelta{}
+		}
+		if x := h.deltas[dd.digest]; x != nil {
+			x.count += dd.count
+			x.seconds += dd.seconds
+		} else {
+			h.deltas[dd.digest] = &dd
+		}
+		return true
+	})
+}
+
 func (d *digestState) checkTags(now time.Time, batch map[string]*tagDelta, seen func(string) bool) (int, string) {
 	rejected, sample := 0, ""
 	for tag, td := range batch {
@@ -522,6 +566,7 @@ func (d *digestState) checkTags(now time.Time, batch map[string]*tagDelta, seen 
 		h.d.Figures.Add(&td.Figures)
 		h.rows++
 		delete(batch, tag)
+		d.holdDeltas(tag, h)
 	}
 	for tag, h := range d.held {
 		switch {
@@ -532,6 +577,9 @@ func (d *digestState) checkTags(now time.Time, batch map[string]*tagDelta, seen 
 				batch[tag] = td
 			}
 			td.Figures.Add(&h.d.Figures)
+			for _, dd := range h.deltas {
+				d.deltas = append(d.deltas, *dd)
+			}
 			delete(d.held, tag)
 		case now.Sub(h.since) > digestHold:
 			rejected += h.rows

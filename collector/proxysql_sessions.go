@@ -170,6 +170,11 @@ type proxysqlSessions struct {
 	waiting  int                  // sessions waiting for a backend in the sample credited
 	waitLog  map[int64][]waitSample
 	overflow int64 // attr.Overflow() already counted in the store
+	// runs are the sessions' current runs of samples credited to a tag
+	// (one borrow of one backend); done and doneEvents are the holds
+	// completed since the last flush, for the tags' longest holds.
+	runs             map[int64]*sampledRun
+	done, doneEvents []heldSpan
 	// onCredit, when set (tests), sees every sampled hold credited to a
 	// tag: a session's samples, sent from first and read by end; how is
 	// "sample" (the sample showed the tag), "join_exact", "join_inferred",
@@ -191,7 +196,7 @@ func newProxySQLSessions(target string, st *store, cfg ProcesslistConfig, withEv
 		prevReasons: map[int64]string{}, curReasons: map[int64]string{},
 		pending: map[int64][]*pendingUnknown{}, hints: map[int64][]sessionHint{},
 		batch: map[string]*tagDelta{}, sessions: map[string]int{}, pinned: map[[2]string]int{},
-		events: map[string]*tagDelta{}, waitLog: map[int64][]waitSample{},
+		events: map[string]*tagDelta{}, waitLog: map[int64][]waitSample{}, runs: map[int64]*sampledRun{},
 		parseExt: parseExt,
 	}
 	var tagOf func(uint64) (string, bool)
@@ -284,6 +289,7 @@ func (p *proxysqlSessions) addSampled(h *SampledHold) {
 	d := p.delta(p.batch, h.Tag)
 	d.Add(&f)
 	d.Obs++
+	p.extendRun(h, &f)
 	if p.onCredit != nil {
 		end := h.At
 		if p.lastRead.After(end) {
@@ -369,7 +375,12 @@ func (p *proxysqlSessions) resolveWhere(id int64, tag string, match func(*pendin
 	kept := runs[:0]
 	for _, pu := range runs {
 		if match(pu) {
-			if got := p.resolve(pu, tag); p.onCredit != nil {
+			got := p.resolve(pu, tag)
+			if !pu.wait && pu.f.Idle > 0 {
+				p.done = append(p.done, heldSpan{tag: got, hold: DetailHold{SessionID: id, Start: pu.first.Round(0),
+					Seconds: pu.f.Hold, IdleSeconds: pu.f.Idle}})
+			}
+			if p.onCredit != nil {
 				how := "other"
 				if pu.joined {
 					how = "join_" + pu.quality.String()
@@ -428,6 +439,9 @@ func (p *proxysqlSessions) addHold(h *Hold) {
 		d.Hold += dur
 		d.Active += active
 		d.Idle += dur - active
+		p.doneEvents = append(p.doneEvents, heldSpan{tag: h.Tag, hold: DetailHold{SessionID: int64(h.SessionID),
+			Start: start.Add(time.Duration(wait * float64(time.Second))), Seconds: dur, IdleSeconds: dur - active,
+			Statements: h.Statements}})
 	}
 	d.Stmts += float64(h.Statements)
 	d.Obs++
@@ -672,6 +686,10 @@ func (p *proxysqlSessions) expire(id int64, match func(*pendingUnknown) bool) {
 func (p *proxysqlSessions) flush() {
 	p.st.add(p.target, SourceProxySQLProcesslist, p.batch)
 	clear(p.batch)
+	p.closeRuns(false)
+	p.st.addLongest(p.target, SourceProxySQLProcesslist, p.done)
+	clear(p.done)
+	p.done = p.done[:0]
 	if p.attr != nil {
 		p.flushEventsLocked()
 	}
@@ -708,6 +726,9 @@ func (p *proxysqlSessions) flushEvents() {
 func (p *proxysqlSessions) flushEventsLocked() {
 	p.st.add(p.target, SourceProxySQLEvents, p.events)
 	clear(p.events)
+	p.st.addLongest(p.target, SourceProxySQLEvents, p.doneEvents)
+	clear(p.doneEvents)
+	p.doneEvents = p.doneEvents[:0]
 	if n := p.attr.Overflow(); n > p.overflow {
 		p.st.overflowed(p.target, SourceProxySQLEvents, n-p.overflow)
 		p.overflow = n
@@ -731,6 +752,57 @@ func (p *proxysqlSessions) finish() {
 		}
 		p.expire(id, func(*pendingUnknown) bool { return true })
 	}
+	p.closeRuns(true)
 	p.flush()
 	p.mu.Unlock()
+}
+
+// sampledRun is a session's run of consecutive samples credited to one
+// tag while it held one borrow of one backend: one hold as sampling sees
+// it, its span known to a sample gap. Only runs with an idle sample count
+// as holds (closeRun).
+type sampledRun struct {
+	tag         string
+	first, last time.Time
+	backend     attrib.BackendKey
+	borrow      [2]int64
+	hold, idle  float64
+}
+
+// extendRun adds a credited sample to its session's run, closing the run
+// before it when the sample does not continue it.
+func (p *proxysqlSessions) extendRun(h *SampledHold, f *figures) {
+	r := p.runs[h.SessionID]
+	if r == nil || !r.last.Equal(p.prevAt) || r.tag != h.Tag || r.backend != h.Backend || r.borrow != h.Borrow {
+		if r != nil {
+			p.closeRun(h.SessionID, r)
+		}
+		r = &sampledRun{tag: h.Tag, first: h.At, backend: h.Backend, borrow: h.Borrow}
+		p.runs[h.SessionID] = r
+	}
+	r.last = h.At
+	r.hold += f.Hold
+	r.idle += f.Idle
+}
+
+// closeRuns closes the runs the sample just credited (prevAt, after
+// sampleRead moved its clock) did not continue, or all of them.
+func (p *proxysqlSessions) closeRuns(all bool) {
+	for id, r := range p.runs {
+		if all || r.last.Before(p.prevAt) {
+			p.closeRun(id, r)
+			delete(p.runs, id)
+		}
+	}
+}
+
+func (p *proxysqlSessions) closeRun(id int64, r *sampledRun) {
+	if r.idle == 0 {
+		// Only running samples: back-to-back statements of one tag look
+		// like one run, though ProxySQL may have returned the backend
+		// between them. An idle sample (a backend kept with nothing
+		// running: a transaction or a pin) is a hold that spans samples.
+		return
+	}
+	p.done = append(p.done, heldSpan{tag: r.tag, hold: DetailHold{SessionID: id, Start: r.first.Round(0), Seconds: r.hold, IdleSeconds: r.idle}})
 }

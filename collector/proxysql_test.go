@@ -235,6 +235,24 @@ func TestDigestDeltasWorkload(t *testing.T) {
 	if len(b2) != 1 || b2[UnknownTag] == nil {
 		t.Errorf("comments not kept: %v; want everything under %q", b2, UnknownTag)
 	}
+	// first_seen a second off (ProxySQL converts it at each read): the
+	// same digest, only what it ran since counts.
+	bj := map[string]*tagDelta{}
+	dj := newDigestState()
+	dj.apply(before, true, bj)
+	jitter := append([]digestRow(nil), before...)
+	for i := range jitter {
+		jitter[i].firstSeen += 1 - 2*int64(i%2)
+		jitter[i].count++
+	}
+	dj.apply(jitter, true, bj)
+	var nj float64
+	for _, v := range bj {
+		nj += v.Stmts
+	}
+	if nj != float64(len(before)) {
+		t.Errorf("first_seen a second off: %v statements, want %d (one per digest)", nj, len(before))
+	}
 	// A reset (stats_mysql_query_digest_reset): counts start over and are
 	// counted whole, never as a negative delta.
 	b3 := map[string]*tagDelta{}

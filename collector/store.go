@@ -57,8 +57,12 @@ const tagTTL = coarseBuckets * coarseSpan * time.Second
 type entry struct {
 	total      figures
 	pinnedSecs map[string]float64 // reason -> seconds pinned idle (processlist)
-	fine       [fineBuckets]bucket
-	coarse     [coarseBuckets]bucket
+	// longest are the tag's longest completed holds (longest.go).
+	longest []DetailHold
+	// stmts are the tag's digests by time in the window (statements.go).
+	stmts  []*stmtFigures
+	fine   [fineBuckets]bucket
+	coarse [coarseBuckets]bucket
 
 	// tag is the entry's key in series.tags, for expire to delete it; ""
 	// for the collector's own tags (UnknownTag, UntaggedTag, OverflowTag),

@@ -653,7 +653,8 @@ func (m *topModel) viewDrill(b *strings.Builder) {
 }
 
 // viewDetail draws what the source says of the drilled tag beyond its row:
-// sessions holding now, pins, transactions, locks, waits, deadlocks.
+// sessions holding now, pins, transactions, locks, waits, deadlocks, its
+// longest holds and its top statements in the window.
 func (m *topModel) viewDetail(b *strings.Builder) {
 	w := m.width
 	section := func(title string) { printLine(b, w, m.color, plain("")); printLine(b, w, m.color, cell{title, "1"}) }
@@ -663,7 +664,7 @@ func (m *topModel) viewDetail(b *strings.Builder) {
 		if m.down == "prometheus" {
 			what = "Prometheus"
 		}
-		printLine(b, w, m.color, plain("sessions, pins, transactions and locks of the tag come from a collector's /api/v1/tag; "+what+" has only the figures above"))
+		printLine(b, w, m.color, plain("sessions, pins, transactions, locks, longest holds and statements of the tag come from a collector's /api/v1/tag; "+what+" has only the figures above"))
 		return
 	}
 	switch {
@@ -731,6 +732,30 @@ func (m *topModel) viewDetail(b *strings.Builder) {
 		}
 		for _, dl := range d.Deadlocks {
 			tb.add(plain(dl.Target), plain("deadlocks"), plain(dl.VictimTag), plain(dl.OtherTag), plain(fmt.Sprintf("%.0f", dl.Count)))
+		}
+		tb.write(b, w, m.color)
+	}
+	if len(d.LongestHolds) > 0 {
+		section("longest holds in the last 5 m")
+		tb := &table{left: map[int]bool{0: true, 1: true, 3: true}}
+		tb.add(plain("TARGET"), plain("SOURCE"), plain("SESSION"), plain("START"), plain("HOLD s"), plain("IDLE s"), plain("STMT"))
+		for _, h := range d.LongestHolds {
+			tb.add(plain(h.Target), plain(string(h.Source)), plain(fmt.Sprint(h.SessionID)), plain(h.Start.Local().Format("15:04:05.000")),
+				plain(fmt.Sprintf("%.3f", h.Seconds)), plain(fmt.Sprintf("%.3f", h.IdleSeconds)), plain(statementsCell(h.Source, float64(h.Statements))))
+		}
+		tb.write(b, w, m.color)
+	}
+	if len(d.Statements) > 0 {
+		section("top statements in the last 5 m, by time running")
+		tb := &table{left: map[int]bool{0: true, 1: true, 5: true}}
+		tb.add(plain("TARGET"), plain("DIGEST"), plain("COUNT"), plain("TIME s"), plain("AVG ms"), plain("STATEMENT"))
+		for _, st := range d.Statements {
+			avg := "-"
+			if st.Count > 0 {
+				avg = fmt.Sprintf("%.1f", 1000*st.HoldSeconds/st.Count)
+			}
+			tb.add(plain(st.Target), plain(st.Digest), plain(fmt.Sprintf("%.0f", st.Count)), plain(fmt.Sprintf("%.3f", st.HoldSeconds)),
+				plain(avg), plain(st.Text))
 		}
 		tb.write(b, w, m.color)
 	}

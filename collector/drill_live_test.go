@@ -149,8 +149,8 @@ func TestLiveDrillDown(t *testing.T) {
 	if h := ev[0]; math.Abs(pct(h.Seconds, longest)) > 15 || h.Target != "px" || h.SessionID != session || h.Statements < 2 {
 		t.Errorf("events log's longest hold %+v, want %.3f s on px session %d, 2 statements or more", h, longest, session)
 	}
-	if len(pl) == 0 {
-		t.Fatal("processlist: none of the hog's holds")
+	if len(pl) != 4 {
+		t.Fatalf("processlist: %d runs, want one per transaction", len(pl))
 	}
 	if h := pl[0]; math.Abs(h.Seconds-longest) > 1.5*gap.Seconds() || h.Target != "px" || h.SessionID != session {
 		t.Errorf("processlist's longest run %+v, want %.3f s ± %.2f on px session %d", h, longest, 1.5*gap.Seconds(), session)

@@ -376,7 +376,18 @@ func (p *proxysqlSessions) resolveWhere(id int64, tag string, match func(*pendin
 	for _, pu := range runs {
 		if match(pu) {
 			got := p.resolve(pu, tag)
-			if !pu.wait && pu.f.Idle > 0 {
+			switch {
+			case pu.wait:
+			case pu.last.Equal(p.prevAt):
+				// Named while still sampled: the session's current run,
+				// which the samples credited next continue (one hold, not
+				// one per way its samples were named).
+				if r := p.runs[id]; r != nil {
+					p.closeRun(id, r)
+				}
+				p.runs[id] = &sampledRun{tag: got, first: pu.first, last: pu.last, backend: pu.backend, borrow: pu.borrow,
+					hold: pu.f.Hold, idle: pu.f.Idle}
+			case pu.f.Idle > 0:
 				p.done = append(p.done, heldSpan{tag: got, hold: DetailHold{SessionID: id, Start: pu.first.Round(0),
 					Seconds: pu.f.Hold, IdleSeconds: pu.f.Idle}})
 			}

@@ -171,7 +171,12 @@ func TestLiveProxySQLWhoWaits(t *testing.T) {
 		if want < 1 {
 			continue
 		}
-		if got := row[tag].WaitSeconds; math.Abs(pct(got, want)) > 20 {
+		// 20 %, or half a second on a small figure: the clients' own
+		// timing of each wait carries their scheduling delay, which under
+		// -race beside other packages' tests reached 0.3 s of a 1.4 s wait
+		// (CI: hog 1.40 s by the clients, 1.09 s from the events log; the
+		// same test alone under -race passed).
+		if got := row[tag].WaitSeconds; math.Abs(got-want) > max(0.2*want, 0.5) {
 			t.Errorf("%s waited %.2f s by the clients, %.2f s by the collector (%+.1f%%)", tag, want, got, pct(got, want))
 		}
 	}

@@ -331,6 +331,13 @@ func countPolls(c *Collector) *pollCount {
 	return p
 }
 
+// count is the number of successful polls of (target, src) so far.
+func (p *pollCount) count(target string, src Source) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.n[seriesKey{target, src}]
+}
+
 // wait waits for n more successful polls of (target, src) than have
 // finished now: polls that read what happened before the call.
 func (p *pollCount) wait(t *testing.T, target string, src Source, n int) {

@@ -4,8 +4,11 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
@@ -158,7 +161,7 @@ func TestLiveProxySQLSetups(t *testing.T) {
 		for i, s := range setups {
 			before[i] = snapshot(s)
 		}
-		inner, outer := runSetupsWorkload(t, db, pinDB, issue13Workload, 8*time.Second)
+		inner, outer, _ := runSetupsWorkload(t, db, pinDB, issue13Workload, 8*time.Second)
 		if err := tp.ForceFlush(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -192,6 +195,9 @@ func TestLiveProxySQLSetups(t *testing.T) {
 					if got[tag] < 0.85*lo || got[tag] > 1.15*hi {
 						t.Errorf("round %d, setup %s, %s: %s held %.2f s, the clients measured %.2f s to %.2f s (15 %% allowed)",
 							round, s.name, src, tag, got[tag], lo, hi)
+						if src == SourceProxySQLEvents {
+							logEventsHolds(t, s.c, px.EventsLog, tag)
+						}
 					}
 				}
 				if got[UnknownTag]+got[UntaggedTag] > 0.05*sum {
@@ -229,6 +235,43 @@ func TestLiveProxySQLSetups(t *testing.T) {
 	}
 }
 
+// logEventsHolds logs, for a tag the events log source got wrong, its
+// longest holds and the events log lines of their sessions: what the next
+// failure needs to be understood (CI once saw the hog and the pin at twice
+// what their clients held, in round 1 only, and it did not happen again).
+func logEventsHolds(t *testing.T, c *Collector, path, tag string) {
+	c.st.mu.Lock()
+	var longest []DetailHold
+	if sr := c.st.series[seriesKey{"px", SourceProxySQLEvents}]; sr != nil && sr.tags[tag] != nil {
+		longest = slices.Clone(sr.tags[tag].longest)
+	}
+	c.st.mu.Unlock()
+	files, _ := filepath.Glob(path + ".*")
+	for _, h := range longest {
+		t.Logf("%s: longest hold: session %d from %s, %.3f s (%.3f s idle), %d statements",
+			tag, h.SessionID, h.Start.Format("15:04:05.000000"), h.Seconds, h.IdleSeconds, h.Statements)
+		var lines []string
+		for _, f := range files {
+			b, err := os.ReadFile(f)
+			if err != nil {
+				continue
+			}
+			id := fmt.Sprintf(`"thread_id":%d`, h.SessionID)
+			for _, l := range strings.Split(string(b), "\n") {
+				if i := strings.Index(l, id); i >= 0 && len(l) > i+len(id) && (l[i+len(id)] == ',' || l[i+len(id)] == '}') {
+					lines = append(lines, filepath.Base(f)+": "+l[:min(len(l), 400)])
+				}
+			}
+		}
+		if len(lines) > 40 {
+			lines = append(lines[:20], append([]string{"..."}, lines[len(lines)-20:]...)...)
+		}
+		for _, l := range lines {
+			t.Log("  " + l)
+		}
+	}
+}
+
 // setupsWorkload sizes the setups workload's clients.
 type setupsWorkload struct {
 	// hogs clients each run transactions idle hogIdle inside; with
@@ -257,15 +300,17 @@ var issue13Workload = setupsWorkload{hogs: 2, hogIdle: 700 * time.Millisecond, h
 // own server time), outer the time it may have been (from sending the
 // first statement to the reply to the last). On an idle machine they are
 // within a few percent; under load (CI, the race detector) the client's
-// own overhead widens the bracket, not the collector's error.
-func runSetupsWorkload(t *testing.T, db, pinDB *sql.DB, w setupsWorkload, dur time.Duration) (inner, outer map[string]float64) {
+// own overhead widens the bracket, not the collector's error. holds has
+// each hold's midpoint, for the sampling error (samplingSigma).
+func runSetupsWorkload(t *testing.T, db, pinDB *sql.DB, w setupsWorkload, dur time.Duration) (inner, outer map[string]float64, holds map[string][]float64) {
 	t.Helper()
 	var mu sync.Mutex
-	inner, outer = map[string]float64{}, map[string]float64{}
+	inner, outer, holds = map[string]float64{}, map[string]float64{}, map[string][]float64{}
 	bracket := func(tag string, in, out time.Duration) {
 		mu.Lock()
 		inner[tag] += in.Seconds()
 		outer[tag] += out.Seconds()
+		holds[tag] = append(holds[tag], (in+out).Seconds()/2)
 		mu.Unlock()
 	}
 	deadline := time.Now().Add(dur)
@@ -414,7 +459,23 @@ func runSetupsWorkload(t *testing.T, db, pinDB *sql.DB, w setupsWorkload, dur ti
 		})
 	}
 	wg.Wait()
-	return inner, outer
+	return inner, outer, holds
+}
+
+// samplingSigma is the standard error, in seconds, of a processlist
+// sample's estimate of the hold of holds (their lengths in seconds) when
+// samples come every interval: a hold of length L is seen in floor(L/Δ) or
+// one more samples, each credited Δ, so its estimate's variance is
+// Δ²·f·(1−f) with f the fractional part of L/Δ. Short statements make the
+// error: a 10 ms statement sampled every 50 ms is seen one time in five.
+func samplingSigma(holds []float64, interval time.Duration) float64 {
+	d := interval.Seconds()
+	var v float64
+	for _, l := range holds {
+		_, f := math.Modf(l / d)
+		v += f * (1 - f)
+	}
+	return d * math.Sqrt(v)
 }
 
 // waitSettled waits until state, read after each ProxySQL sample, stops

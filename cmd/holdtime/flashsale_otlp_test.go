@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"math"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -11,21 +12,36 @@ import (
 	"github.com/holdtime/holdtime/testenv"
 )
 
-// TestFlashsaleSendsSpans runs a sale with --otlp-endpoint pointing at a
-// collector's OTLP receiver: every reserve the sale counted arrives there
-// as app-side hold of inventory_reserve (at least one statement each).
-func TestFlashsaleSendsSpans(t *testing.T) {
+// TestFlashsaleGivesTheAppLayerToACollector runs one sale exporting to two
+// collectors' OTLP receivers: hold spans to one (--otlp-endpoint), conntag's
+// counters alone to the other (--otlp-metrics-endpoint, what collect
+// --otlp-metrics runs). Each gets every reserve the sale counted as
+// app-side statements of inventory_reserve, with hold; and the two agree
+// tag by tag, since they measure the same borrows two ways. The sale
+// flushes before it exits, so the figures are in when it has.
+func TestFlashsaleGivesTheAppLayerToACollector(t *testing.T) {
 	d := testenv.NewDatabase(t)
-	col, err := collector.New(collector.Config{OTLP: collector.OTLPConfig{Enabled: true}})
-	if err != nil {
-		t.Fatal(err)
+	cols := map[string]*collector.Collector{}
+	var args []string
+	for _, tc := range []struct {
+		name, flag string
+		otlp       collector.OTLPConfig
+	}{
+		{"spans", "--otlp-endpoint", collector.OTLPConfig{Enabled: true}},
+		{"counters", "--otlp-metrics-endpoint", collector.OTLPConfig{Enabled: true, Metrics: true}},
+	} {
+		col, err := collector.New(collector.Config{OTLP: tc.otlp})
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := httptest.NewServer(col.Handler())
+		defer srv.Close()
+		// A URL without a path gets /v1/traces or /v1/metrics.
+		args = append(args, tc.flag, srv.URL)
+		cols[tc.name] = col
 	}
-	srv := httptest.NewServer(col.Handler())
-	defer srv.Close()
-
-	// A URL without a path gets /v1/traces.
-	code, out, errOut := runCLI(t, "flashsale", "--dsn", d.DSN(), "--json", "--buyers", "150", "--concurrency", "4",
-		"--stock", "1000", "--otlp-endpoint", srv.URL)
+	code, out, errOut := runCLI(t, append([]string{"flashsale", "--dsn", d.DSN(), "--json", "--buyers", "150",
+		"--concurrency", "4", "--stock", "1000"}, args...)...)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
@@ -38,80 +54,54 @@ func TestFlashsaleSendsSpans(t *testing.T) {
 		t.Fatalf("--json output: %v\n%s", err, out)
 	}
 	reserves := doc.Runs[0].Reserves
-
-	// The sale flushes its spans before it exits: they are in already.
-	var got *collector.SourceFigures
-	for _, r := range col.Top(time.Minute) {
-		if r.Tag == "inventory_reserve" {
-			got = r.Sources[collector.SourceOTLP]
+	figures := map[string]map[string]*collector.SourceFigures{}
+	for name, col := range cols {
+		figures[name] = map[string]*collector.SourceFigures{}
+		for _, r := range col.Top(time.Minute) {
+			if f := r.Sources[collector.SourceOTLP]; f != nil {
+				figures[name][r.Tag] = f
+			}
 		}
 	}
-	if got == nil {
-		t.Fatalf("no app-side (otlp) figures for inventory_reserve: %+v", col.Top(time.Minute))
+	spans, counters := figures["spans"], figures["counters"]
+	for _, name := range []string{"spans", "counters"} {
+		got := figures[name]["inventory_reserve"]
+		if got == nil {
+			t.Errorf("no app-side figures from %s for inventory_reserve: %v", name, figures[name])
+			continue
+		}
+		t.Logf("reserves %d; from %s: %.0f statements, %.3f s hold", reserves, name, got.Statements, got.HoldSeconds)
+		if got.Statements < float64(reserves) || got.HoldSeconds <= 0 {
+			t.Errorf("inventory_reserve from %s: %.0f statements, %.3f s hold; want at least %d statements and some hold",
+				name, got.Statements, got.HoldSeconds, reserves)
+		}
 	}
-	t.Logf("reserves %d; otlp: %.0f statements, %.3f s hold", reserves, got.Statements, got.HoldSeconds)
-	if got.Statements < float64(reserves) || got.HoldSeconds <= 0 {
-		t.Errorf("otlp figures for inventory_reserve: %.0f statements, %.3f s hold; want at least %d statements and some hold",
-			got.Statements, got.HoldSeconds, reserves)
+	for tag, s := range spans {
+		c := counters[tag]
+		if c == nil || c.Statements != s.Statements || math.Abs(c.HoldSeconds-s.HoldSeconds) > 0.01*s.HoldSeconds+0.001 {
+			t.Errorf("%s: spans say %+v, counters %+v: the same borrows", tag, s, c)
+		}
 	}
+	if len(counters) != len(spans) {
+		t.Errorf("tags from spans %d, from counters %d", len(spans), len(counters))
+	}
+
 }
 
+// TestFlashsaleOTLPEndpointErrors: both endpoint flags refuse what is not
+// an http(s) URL, naming the flag, and never print a password given in it.
 func TestFlashsaleOTLPEndpointErrors(t *testing.T) {
 	const secret = "s3cretPassw0rd"
-	for _, endpoint := range []string{"collector:4318", "ftp://u:" + secret + "@collector/v1/traces", "http://"} {
-		args := []string{"flashsale", "--otlp-endpoint", endpoint}
-		code, out, errOut := runCLI(t, args...)
-		if code != 1 || !strings.Contains(errOut, "--otlp-endpoint wants an http:// or https:// URL") {
-			t.Errorf("%v: exit %d, stderr %q", args, code, errOut)
+	for _, flag := range []string{"--otlp-endpoint", "--otlp-metrics-endpoint"} {
+		for _, endpoint := range []string{"collector:4318", "ftp://u:" + secret + "@collector/v1/traces", "http://"} {
+			args := []string{"flashsale", flag, endpoint}
+			code, out, errOut := runCLI(t, args...)
+			if code != 1 || !strings.Contains(errOut, flag+" wants an http:// or https:// URL") {
+				t.Errorf("%v: exit %d, stderr %q", args, code, errOut)
+			}
+			if strings.Contains(out+errOut, secret) {
+				t.Errorf("%v: the password is printed: %q", args, out+errOut)
+			}
 		}
-		if strings.Contains(out+errOut, secret) {
-			t.Errorf("%v: the password is printed: %q", args, out+errOut)
-		}
-	}
-}
-
-// TestFlashsaleExportsCounters: a sale exporting conntag's counters to a
-// collector with /v1/metrics (what collect --otlp-metrics runs) gives the
-// app layer the statements the sale made, from counters alone: no span is
-// sent. The sale's last export happens when it stops.
-func TestFlashsaleExportsCounters(t *testing.T) {
-	d := testenv.NewDatabase(t)
-	col, err := collector.New(collector.Config{OTLP: collector.OTLPConfig{Enabled: true, Metrics: true}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(col.Handler())
-	defer srv.Close()
-	// A URL without a path gets /v1/metrics.
-	code, out, errOut := runCLI(t, "flashsale", "--dsn", d.DSN(), "--json", "--buyers", "150", "--concurrency", "4",
-		"--stock", "1000", "--otlp-metrics-endpoint", srv.URL)
-	if code != 0 {
-		t.Fatalf("exit %d: %s", code, errOut)
-	}
-	var doc struct {
-		Runs []struct {
-			Reserves int64 `json:"reserves"`
-		} `json:"runs"`
-	}
-	if err := json.Unmarshal([]byte(out), &doc); err != nil || len(doc.Runs) != 1 || doc.Runs[0].Reserves == 0 {
-		t.Fatalf("--json output: %v\n%s", err, out)
-	}
-	var got *collector.SourceFigures
-	for _, r := range col.Top(time.Minute) {
-		if r.Tag == "inventory_reserve" {
-			got = r.Sources[collector.SourceOTLP]
-		}
-	}
-	if got == nil {
-		t.Fatalf("no app-side figures from counters for inventory_reserve: %+v", col.Top(time.Minute))
-	}
-	t.Logf("reserves %d; from counters: %.0f statements, %.3f s hold", doc.Runs[0].Reserves, got.Statements, got.HoldSeconds)
-	if got.Statements < float64(doc.Runs[0].Reserves) || got.HoldSeconds <= 0 {
-		t.Errorf("inventory_reserve from counters: %.0f statements, %.3f s hold; want at least %d statements and some hold",
-			got.Statements, got.HoldSeconds, doc.Runs[0].Reserves)
-	}
-	code, _, errOut = runCLI(t, "flashsale", "--otlp-metrics-endpoint", "collector:4318")
-	if code != 1 || !strings.Contains(errOut, "--otlp-metrics-endpoint wants an http:// or https:// URL") {
-		t.Errorf("a bad endpoint: exit %d, %q", code, errOut)
 	}
 }

@@ -276,31 +276,71 @@ func (m *MetricsReceiver) ingest(req *colmetrics.ExportMetricsServiceRequest) po
 	return rej
 }
 
-// point takes one data point of a conntag counter.
+// point takes one data point of a conntag counter: it reads the point,
+// moves its series and credits what the point adds to its tag in batch.
 func (m *MetricsReceiver) point(key []byte, kind counterKind, cumulative bool, p *metricspb.NumberDataPoint,
 	batch map[string]*source.TagDelta, now time.Time, rej *pointRejects) pointReject {
 	if p.GetFlags()&uint32(metricspb.DataPointFlags_DATA_POINT_FLAGS_NO_RECORDED_VALUE_MASK) != 0 {
 		return pointOK // a gap the exporter marked: nothing to add
 	}
-	var tag string
-	var haveTag, failed bool
+	r := reading{kind: kind, cumulative: cumulative, received: now}
+	if why := r.read(p, rej); why != pointOK {
+		return why
+	}
+	delta, why := m.advance(seriesKey{maphash.Bytes(m.seeds[0], key), maphash.Bytes(m.seeds[1], key)}, &r)
+	if why == pointOK && delta != 0 {
+		credit(batch, &r, delta)
+	}
+	return why
+}
+
+// reading is one data point of a conntag counter as the receiver took it.
+type reading struct {
+	kind       counterKind
+	cumulative bool
+	received   time.Time // the receiver's clock
+	tag        string
+	failed     bool    // the point counts failed statements (error.type)
+	v          float64 // the point's value
+	start, t   uint64  // its start time and time, unix nanos
+}
+
+// read takes p's tag, value and times into r, and says why they cannot
+// be credited (pointOK if they can), checked in that order.
+func (r *reading) read(p *metricspb.NumberDataPoint, rej *pointRejects) pointReject {
+	var haveTag bool
 	for _, kv := range p.GetAttributes() {
 		switch kv.GetKey() {
 		case AttrConnTag:
-			tag, haveTag = kv.GetValue().GetStringValue(), true
+			r.tag, haveTag = kv.GetValue().GetStringValue(), true
 		case AttrErrorType:
-			failed = true
+			r.failed = true
 		}
 	}
 	switch {
 	case !haveTag:
 		return pointNoTag
-	case !conntag.ValidTag(tag):
+	case !conntag.ValidTag(r.tag):
 		if rej.sample == "" {
-			rej.sample = attrib.Truncate(tag, 80)
+			rej.sample = attrib.Truncate(r.tag, 80)
 		}
 		return pointBadTag
 	}
+	var ok bool
+	if r.v, ok = pointValue(p); !ok {
+		return pointBadNumber
+	}
+	r.start, r.t = p.GetStartTimeUnixNano(), p.GetTimeUnixNano()
+	if r.t == 0 || r.t < r.start || r.t > math.MaxInt64 || time.Unix(0, int64(r.t)).After(r.received.Add(maxFuture)) ||
+		!r.cumulative && r.t == r.start { // a delta covers an interval: an empty one would be credited at every replay
+		return pointBadTimes
+	}
+	return pointOK
+}
+
+// pointValue reads a point's value: a finite, non-negative number,
+// whichever numeric type the exporter chose.
+func pointValue(p *metricspb.NumberDataPoint) (float64, bool) {
 	var v float64
 	switch x := p.GetValue().(type) {
 	case *metricspb.NumberDataPoint_AsDouble:
@@ -308,94 +348,111 @@ func (m *MetricsReceiver) point(key []byte, kind counterKind, cumulative bool, p
 	case *metricspb.NumberDataPoint_AsInt:
 		v = float64(x.AsInt)
 	default:
-		return pointBadNumber
+		return 0, false
 	}
-	if !(v >= 0 && v <= math.MaxFloat64) {
-		return pointBadNumber
-	}
-	start, t := p.GetStartTimeUnixNano(), p.GetTimeUnixNano()
-	if t == 0 || t < start || t > math.MaxInt64 || time.Unix(0, int64(t)).After(now.Add(maxFuture)) ||
-		!cumulative && t == start { // a delta covers an interval: an empty one would be credited at every replay
-		return pointBadTimes
-	}
-	k := seriesKey{maphash.Bytes(m.seeds[0], key), maphash.Bytes(m.seeds[1], key)}
+	return v, v >= 0 && v <= math.MaxFloat64 // false for NaN too
+}
+
+// advance moves series k to the point r and says what r adds to it: 0
+// with pointOK for a baseline or a counter that did not move.
+func (m *MetricsReceiver) advance(k seriesKey, r *reading) (float64, pointReject) {
 	s := m.series[k]
-	var prevSeen time.Time // when the receiver last heard of the series
-	if s != nil {
-		prevSeen = s.seen
+	if s == nil {
+		return m.first(k, r)
 	}
+	prevSeen := s.seen // when the receiver last heard of the series
 	var delta float64
 	var from uint64 // where the delta's interval begins
 	switch {
-	case s == nil && len(m.series) >= cmp.Or(m.MaxSeries, DefaultMaxSeries):
-		return pointTooMany
-	case s == nil:
-		s = &series{last: t, value: v, seen: now}
-		m.series[k] = s
-		// A baseline: what it counted before is not placed in time. So is
-		// the first point of a series older than seriesIdle: it may be one
-		// this receiver forgot after seriesIdle without a point, and
-		// crediting it whole would count its past twice.
-		if cumulative && (start == 0 || m.Started.IsZero() || time.Unix(0, int64(start)).Before(m.Started) ||
-			t-start >= uint64(seriesIdle)) {
-			return pointOK
-		}
-		if !cumulative {
-			s.value = 0
-		}
-		delta, from = v, start
-	case cumulative && t <= s.last, !cumulative && start < s.last:
-		s.seen = now
-		return pointDuplicate
-	case cumulative && v < s.value:
-		s.seen = now
-		if start != 0 {
-			s.last, s.value = t, v
-			return pointDown
+	case r.cumulative && r.t <= s.last, !r.cumulative && r.start < s.last:
+		s.seen = r.received
+		return 0, pointDuplicate
+	case r.cumulative && r.v < s.value:
+		s.seen = r.received
+		if r.start != 0 {
+			s.last, s.value = r.t, r.v
+			return 0, pointDown
 		}
 		// No start time to tell a restart by: a counter that went down
 		// restarted, and counts from zero (Prometheus' rule).
-		delta, from = v, s.last
-		s.last, s.value = t, v
-	case cumulative:
-		delta, from = v-s.value, s.last
+		delta, from = r.v, s.last
+		s.last, s.value = r.t, r.v
+	case r.cumulative:
+		delta, from = r.v-s.value, s.last
 	default:
-		delta, from = v, start
+		delta, from = r.v, r.start
 	}
-	if from == 0 || from > t {
-		from = t
+	return m.take(s, r, delta, from, prevSeen)
+}
+
+// first remembers a new series from its first point r, and says what r
+// adds: nothing if r is only the series' baseline.
+func (m *MetricsReceiver) first(k seriesKey, r *reading) (float64, pointReject) {
+	if len(m.series) >= cmp.Or(m.MaxSeries, DefaultMaxSeries) {
+		return 0, pointTooMany
 	}
-	span := float64(t-from) / 1e9
+	s := &series{last: r.t, value: r.v, seen: r.received}
+	m.series[k] = s
+	// A baseline: what it counted before is not placed in time. So is
+	// the first point of a series older than seriesIdle: it may be one
+	// this receiver forgot after seriesIdle without a point, and
+	// crediting it whole would count its past twice.
+	if r.cumulative && (r.start == 0 || m.Started.IsZero() || time.Unix(0, int64(r.start)).Before(m.Started) ||
+		r.t-r.start >= uint64(seriesIdle)) {
+		return 0, pointOK
+	}
+	if !r.cumulative {
+		s.value = 0
+	}
+	return m.take(s, r, r.v, r.start, time.Time{})
+}
+
+// take moves series s to the point r, which adds delta over the interval
+// that begins at from, unless that is faster than physics allows.
+func (m *MetricsReceiver) take(s *series, r *reading, delta float64, from uint64, prevSeen time.Time) (float64, pointReject) {
+	if delta > m.maxGrowth(r, from, prevSeen) {
+		// Keep the last good point: a spike is rejected and what follows
+		// is measured from before it.
+		s.seen = r.received
+		return 0, pointTooFast
+	}
+	s.last, s.seen = r.t, r.received
+	if r.cumulative {
+		s.value = r.v
+	}
+	return delta, pointOK
+}
+
+// maxGrowth is the most a counter of r's kind can grow between from and
+// r's time, that interval bounded by the receiver's own clock (prevSeen:
+// when it last heard of the series; zero: never).
+func (m *MetricsReceiver) maxGrowth(r *reading, from uint64, prevSeen time.Time) float64 {
+	if from == 0 || from > r.t {
+		from = r.t
+	}
+	span := float64(r.t-from) / 1e9
 	if !m.Started.IsZero() {
-		span = min(span, now.Sub(m.Started).Seconds()+ageSlack.Seconds())
+		span = min(span, r.received.Sub(m.Started).Seconds()+ageSlack.Seconds())
 	}
 	if !prevSeen.IsZero() {
-		span = min(span, now.Sub(prevSeen).Seconds()+exportSlack.Seconds())
+		span = min(span, r.received.Sub(prevSeen).Seconds()+exportSlack.Seconds())
 	}
 	elapsed := max(span, 0) + 1 // a second of slack for clock granularity
 	limit := cmp.Or(m.MaxOpsRate, DefaultMaxOpsRate)
-	if kind == kindHold || kind == kindActive || kind == kindIdle {
+	if r.kind == kindHold || r.kind == kindActive || r.kind == kindIdle {
 		limit = cmp.Or(m.MaxConnections, DefaultMaxConnections)
 	}
-	if delta > elapsed*limit {
-		// Keep the last good point: a spike is rejected and what follows
-		// is measured from before it.
-		s.seen = now
-		return pointTooFast
-	}
-	s.last, s.seen = t, now
-	if cumulative {
-		s.value = v
-	}
-	if delta == 0 {
-		return pointOK
-	}
-	d := batch[tag]
+	return elapsed * limit
+}
+
+// credit adds delta to the figure r's kind moves, for r's tag.
+func credit(batch map[string]*source.TagDelta, r *reading, delta float64) {
+	d := batch[r.tag]
 	if d == nil {
 		d = &source.TagDelta{}
-		batch[tag] = d
+		batch[r.tag] = d
 	}
-	switch kind {
+	switch r.kind {
 	case kindHold:
 		d.Hold += delta
 	case kindActive:
@@ -406,11 +463,10 @@ func (m *MetricsReceiver) point(key []byte, kind counterKind, cumulative bool, p
 		d.Obs += delta
 	case kindOps:
 		d.Stmts += delta
-		if failed {
+		if r.failed {
 			d.Errors += delta
 		}
 	}
-	return pointOK
 }
 
 // sweep forgets series unseen for seriesIdle, at most once a minute.

@@ -133,96 +133,23 @@ func newTestReceiver(sink *recordingSink) *MetricsReceiver {
 	return &MetricsReceiver{Sink: sink, MaxTags: 100, MaxBody: 1 << 20, Started: t0, Now: func() time.Time { return now }}
 }
 
-func TestMetricsCumulativeDeltas(t *testing.T) {
-	type step struct {
-		req      *colmetrics.ExportMetricsServiceRequest
-		rejected int64
-	}
-	cases := []struct {
-		name  string
-		steps []step
-		want  map[string]float64 // hold per tag
-	}{
-		{"a series that began after the receiver is credited whole, then by difference", []step{
-			{req: export("a", hold(pt{tag: "checkout", start: 1, time: 11, value: 4}))},
-			{req: export("a", hold(pt{tag: "checkout", start: 1, time: 21, value: 9}))},
-		}, map[string]float64{"checkout": 9}},
-		{"a series that began before the receiver: its first point is only a baseline", []step{
-			{req: export("a", hold(pt{tag: "checkout", start: -100, time: 11, value: 400}))},
-			{req: export("a", hold(pt{tag: "checkout", start: -100, time: 21, value: 403}))},
-		}, map[string]float64{"checkout": 3}},
-		{"duplicates and exports out of order add nothing", []step{
-			{req: export("a", hold(pt{tag: "checkout", start: 1, time: 11, value: 4}))},
-			{req: export("a", hold(pt{tag: "checkout", start: 1, time: 21, value: 9}))},
-			{req: export("a", hold(pt{tag: "checkout", start: 1, time: 21, value: 9}))},
-			{req: export("a", hold(pt{tag: "checkout", start: 1, time: 11, value: 4}))},
-			{req: export("a", hold(pt{tag: "checkout", start: 1, time: 31, value: 10}))},
-		}, map[string]float64{"checkout": 10}},
-		{"a restart (new start time) is a new series, credited from zero", []step{
-			{req: export("a", hold(pt{tag: "checkout", start: 1, time: 11, value: 4}))},
-			{req: export("a", hold(pt{tag: "checkout", start: 15, time: 21, value: 2}))},
-			{req: export("a", hold(pt{tag: "checkout", start: 15, time: 31, value: 5}))},
-		}, map[string]float64{"checkout": 9}},
-		{"a counter that goes down without a new start time is rejected and rebased", []step{
-			{req: export("a", hold(pt{tag: "checkout", start: 1, time: 11, value: 4}))},
-			{req: export("a", hold(pt{tag: "checkout", start: 1, time: 21, value: 2})), rejected: 1},
-			{req: export("a", hold(pt{tag: "checkout", start: 1, time: 31, value: 3}))},
-		}, map[string]float64{"checkout": 5}},
-		{"without start times a drop is a restart (Prometheus' rule)", []step{
-			{req: export("a", hold(pt{tag: "checkout", start: noStart, time: 11, value: 4}))},
-			{req: export("a", hold(pt{tag: "checkout", start: noStart, time: 21, value: 6}))},
-			{req: export("a", hold(pt{tag: "checkout", start: noStart, time: 31, value: 1}))},
-		}, map[string]float64{"checkout": 3}},
-		{"two app instances with the same tag are summed", []step{
-			{req: export("a", hold(pt{tag: "checkout", start: 1, time: 11, value: 4}))},
-			{req: export("b", hold(pt{tag: "checkout", start: 1, time: 11, value: 6}))},
-			{req: export("a", hold(pt{tag: "checkout", start: 1, time: 21, value: 5}))},
-		}, map[string]float64{"checkout": 11}},
-		{"replicas with identical resources are told apart by start time", []step{
-			{req: export("a", hold(pt{tag: "checkout", start: 1, time: 11, value: 4}))},
-			{req: export("a", hold(pt{tag: "checkout", start: 2, time: 12, value: 6}))},
-			{req: export("a", hold(pt{tag: "checkout", start: 1, time: 21, value: 5}))},
-			{req: export("a", hold(pt{tag: "checkout", start: 2, time: 22, value: 8}))},
-		}, map[string]float64{"checkout": 13}},
-		{"delta temporality adds each point once", []step{
-			{req: export("a", sum(MetricHoldTime, delta, pt{tag: "checkout", start: 1, time: 11, value: 4}))},
-			{req: export("a", sum(MetricHoldTime, delta, pt{tag: "checkout", start: 11, time: 21, value: 2}))},
-			{req: export("a", sum(MetricHoldTime, delta, pt{tag: "checkout", start: 11, time: 21, value: 2}))},
-			{req: export("a", sum(MetricHoldTime, delta, pt{tag: "checkout", start: 21, time: 31, value: 1}))},
-			// An empty interval is no delta: received again, it could not be told from new.
-			{req: export("a", sum(MetricHoldTime, delta, pt{tag: "checkout", start: 31, time: 31, value: 1})), rejected: 1},
-		}, map[string]float64{"checkout": 7}},
-		{"tags outside the grammar and missing tags are rejected, never guessed", []step{
-			{req: export("a", hold(pt{tag: "check out", start: 1, time: 11, value: 4}, pt{tag: "-", start: 1, time: 11, value: 4},
-				pt{tag: "", start: 1, time: 11, value: 4}, pt{tag: strings.Repeat("x", 65), start: 1, time: 11, value: 4},
-				pt{tag: "ok", start: 1, time: 11, value: 1})), rejected: 4},
-		}, map[string]float64{"ok": 1, "check_out": 0, "": 0}},
-		{"absurd values are rejected; what follows is measured from before them", []step{
-			{req: export("a", hold(pt{tag: "checkout", start: 1, time: 11, value: 4}))},
-			{req: export("a", hold(pt{tag: "checkout", start: 1, time: 21, value: 1e300})), rejected: 1},
-			{req: export("a", hold(pt{tag: "checkout", start: 1, time: 25, value: math.NaN()})), rejected: 1},
-			{req: export("a", hold(pt{tag: "checkout", start: 1, time: 26, value: math.Inf(1)})), rejected: 1},
-			{req: export("a", hold(pt{tag: "checkout", start: 1, time: 27, value: -1})), rejected: 1},
-			{req: export("a", hold(pt{tag: "checkout", start: 1, time: 31, value: 6}))},
-		}, map[string]float64{"checkout": 6}},
-		{"a first point more than 10,000 connections can hold is rejected", []step{
-			{req: export("a", hold(pt{tag: "checkout", start: 1, time: 11, value: 10_001 * 11})), rejected: 1},
-			{req: export("a", hold(pt{tag: "other", start: 1, time: 11, value: 10_000 * 10}))},
-		}, map[string]float64{"checkout": 0, "other": 100_000}},
-		{"points from the future or before their start are rejected", []step{
-			{req: export("a", hold(pt{tag: "checkout", start: 1, time: 3600 + 600, value: 4})), rejected: 1},
-			{req: export("a", hold(pt{tag: "checkout", start: 20, time: 11, value: 4})), rejected: 1},
-		}, map[string]float64{"checkout": 0}},
-		{"a gauge or a non-monotonic sum under a conntag name is rejected", []step{
-			{req: export("a", &metricspb.Metric{Name: MetricHoldTime, Data: &metricspb.Metric_Gauge{Gauge: &metricspb.Gauge{
-				DataPoints: []*metricspb.NumberDataPoint{pt{tag: "checkout", start: 1, time: 11, value: 4}.proto()}}}}), rejected: 1},
-			{req: export("a", &metricspb.Metric{Name: MetricHoldTime, Data: &metricspb.Metric_Sum{Sum: &metricspb.Sum{AggregationTemporality: cumulative,
-				DataPoints: []*metricspb.NumberDataPoint{pt{tag: "checkout", start: 1, time: 11, value: 4}.proto()}}}}), rejected: 1},
-		}, map[string]float64{"checkout": 0}},
-		{"other metrics are ignored", []step{
-			{req: export("a", sum("http.server.requests", cumulative, pt{tag: "-", start: 1, time: 11, value: 4}))},
-		}, map[string]float64{}},
-	}
+// metricsCase is a run of exports to one receiver, and the hold each tag
+// must have been credited at the end (every tag credited named in want).
+type metricsCase struct {
+	name  string
+	steps []metricsStep
+	want  map[string]float64 // hold per tag
+}
+
+// metricsStep is one export and how many of its points must be rejected.
+type metricsStep struct {
+	req      *colmetrics.ExportMetricsServiceRequest
+	rejected int64
+}
+
+// runMetricsCases runs each case on a new receiver.
+func runMetricsCases(t *testing.T, cases []metricsCase) {
+	t.Helper()
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			sink := newRecordingSink()
@@ -250,6 +177,95 @@ func TestMetricsCumulativeDeltas(t *testing.T) {
 			}
 		})
 	}
+}
+
+func TestMetricsCumulativeDeltas(t *testing.T) {
+	runMetricsCases(t, []metricsCase{
+		{"a series that began after the receiver is credited whole, then by difference", []metricsStep{
+			{req: export("a", hold(pt{tag: "checkout", start: 1, time: 11, value: 4}))},
+			{req: export("a", hold(pt{tag: "checkout", start: 1, time: 21, value: 9}))},
+		}, map[string]float64{"checkout": 9}},
+		{"a series that began before the receiver: its first point is only a baseline", []metricsStep{
+			{req: export("a", hold(pt{tag: "checkout", start: -100, time: 11, value: 400}))},
+			{req: export("a", hold(pt{tag: "checkout", start: -100, time: 21, value: 403}))},
+		}, map[string]float64{"checkout": 3}},
+		{"duplicates and exports out of order add nothing", []metricsStep{
+			{req: export("a", hold(pt{tag: "checkout", start: 1, time: 11, value: 4}))},
+			{req: export("a", hold(pt{tag: "checkout", start: 1, time: 21, value: 9}))},
+			{req: export("a", hold(pt{tag: "checkout", start: 1, time: 21, value: 9}))},
+			{req: export("a", hold(pt{tag: "checkout", start: 1, time: 11, value: 4}))},
+			{req: export("a", hold(pt{tag: "checkout", start: 1, time: 31, value: 10}))},
+		}, map[string]float64{"checkout": 10}},
+		{"a restart (new start time) is a new series, credited from zero", []metricsStep{
+			{req: export("a", hold(pt{tag: "checkout", start: 1, time: 11, value: 4}))},
+			{req: export("a", hold(pt{tag: "checkout", start: 15, time: 21, value: 2}))},
+			{req: export("a", hold(pt{tag: "checkout", start: 15, time: 31, value: 5}))},
+		}, map[string]float64{"checkout": 9}},
+		{"a counter that goes down without a new start time is rejected and rebased", []metricsStep{
+			{req: export("a", hold(pt{tag: "checkout", start: 1, time: 11, value: 4}))},
+			{req: export("a", hold(pt{tag: "checkout", start: 1, time: 21, value: 2})), rejected: 1},
+			{req: export("a", hold(pt{tag: "checkout", start: 1, time: 31, value: 3}))},
+		}, map[string]float64{"checkout": 5}},
+		{"without start times a drop is a restart (Prometheus' rule)", []metricsStep{
+			{req: export("a", hold(pt{tag: "checkout", start: noStart, time: 11, value: 4}))},
+			{req: export("a", hold(pt{tag: "checkout", start: noStart, time: 21, value: 6}))},
+			{req: export("a", hold(pt{tag: "checkout", start: noStart, time: 31, value: 1}))},
+		}, map[string]float64{"checkout": 3}},
+		{"two app instances with the same tag are summed", []metricsStep{
+			{req: export("a", hold(pt{tag: "checkout", start: 1, time: 11, value: 4}))},
+			{req: export("b", hold(pt{tag: "checkout", start: 1, time: 11, value: 6}))},
+			{req: export("a", hold(pt{tag: "checkout", start: 1, time: 21, value: 5}))},
+		}, map[string]float64{"checkout": 11}},
+		{"replicas with identical resources are told apart by start time", []metricsStep{
+			{req: export("a", hold(pt{tag: "checkout", start: 1, time: 11, value: 4}))},
+			{req: export("a", hold(pt{tag: "checkout", start: 2, time: 12, value: 6}))},
+			{req: export("a", hold(pt{tag: "checkout", start: 1, time: 21, value: 5}))},
+			{req: export("a", hold(pt{tag: "checkout", start: 2, time: 22, value: 8}))},
+		}, map[string]float64{"checkout": 13}},
+		{"delta temporality adds each point once", []metricsStep{
+			{req: export("a", sum(MetricHoldTime, delta, pt{tag: "checkout", start: 1, time: 11, value: 4}))},
+			{req: export("a", sum(MetricHoldTime, delta, pt{tag: "checkout", start: 11, time: 21, value: 2}))},
+			{req: export("a", sum(MetricHoldTime, delta, pt{tag: "checkout", start: 11, time: 21, value: 2}))},
+			{req: export("a", sum(MetricHoldTime, delta, pt{tag: "checkout", start: 21, time: 31, value: 1}))},
+			// An empty interval is no delta: received again, it could not be told from new.
+			{req: export("a", sum(MetricHoldTime, delta, pt{tag: "checkout", start: 31, time: 31, value: 1})), rejected: 1},
+		}, map[string]float64{"checkout": 7}},
+	})
+}
+
+func TestMetricsCreditsOnlyPointsACounterCouldSend(t *testing.T) {
+	runMetricsCases(t, []metricsCase{
+		{"tags outside the grammar and missing tags are rejected, never guessed", []metricsStep{
+			{req: export("a", hold(pt{tag: "check out", start: 1, time: 11, value: 4}, pt{tag: "-", start: 1, time: 11, value: 4},
+				pt{tag: "", start: 1, time: 11, value: 4}, pt{tag: strings.Repeat("x", 65), start: 1, time: 11, value: 4},
+				pt{tag: "ok", start: 1, time: 11, value: 1})), rejected: 4},
+		}, map[string]float64{"ok": 1, "check_out": 0, "": 0}},
+		{"absurd values are rejected; what follows is measured from before them", []metricsStep{
+			{req: export("a", hold(pt{tag: "checkout", start: 1, time: 11, value: 4}))},
+			{req: export("a", hold(pt{tag: "checkout", start: 1, time: 21, value: 1e300})), rejected: 1},
+			{req: export("a", hold(pt{tag: "checkout", start: 1, time: 25, value: math.NaN()})), rejected: 1},
+			{req: export("a", hold(pt{tag: "checkout", start: 1, time: 26, value: math.Inf(1)})), rejected: 1},
+			{req: export("a", hold(pt{tag: "checkout", start: 1, time: 27, value: -1})), rejected: 1},
+			{req: export("a", hold(pt{tag: "checkout", start: 1, time: 31, value: 6}))},
+		}, map[string]float64{"checkout": 6}},
+		{"a first point more than 10,000 connections can hold is rejected", []metricsStep{
+			{req: export("a", hold(pt{tag: "checkout", start: 1, time: 11, value: 10_001 * 11})), rejected: 1},
+			{req: export("a", hold(pt{tag: "other", start: 1, time: 11, value: 10_000 * 10}))},
+		}, map[string]float64{"checkout": 0, "other": 100_000}},
+		{"points from the future or before their start are rejected", []metricsStep{
+			{req: export("a", hold(pt{tag: "checkout", start: 1, time: 3600 + 600, value: 4})), rejected: 1},
+			{req: export("a", hold(pt{tag: "checkout", start: 20, time: 11, value: 4})), rejected: 1},
+		}, map[string]float64{"checkout": 0}},
+		{"a gauge or a non-monotonic sum under a conntag name is rejected", []metricsStep{
+			{req: export("a", &metricspb.Metric{Name: MetricHoldTime, Data: &metricspb.Metric_Gauge{Gauge: &metricspb.Gauge{
+				DataPoints: []*metricspb.NumberDataPoint{pt{tag: "checkout", start: 1, time: 11, value: 4}.proto()}}}}), rejected: 1},
+			{req: export("a", &metricspb.Metric{Name: MetricHoldTime, Data: &metricspb.Metric_Sum{Sum: &metricspb.Sum{AggregationTemporality: cumulative,
+				DataPoints: []*metricspb.NumberDataPoint{pt{tag: "checkout", start: 1, time: 11, value: 4}.proto()}}}}), rejected: 1},
+		}, map[string]float64{"checkout": 0}},
+		{"other metrics are ignored", []metricsStep{
+			{req: export("a", sum("http.server.requests", cumulative, pt{tag: "-", start: 1, time: 11, value: 4}))},
+		}, map[string]float64{}},
+	})
 }
 
 func TestMetricsEveryFigure(t *testing.T) {

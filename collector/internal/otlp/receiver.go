@@ -198,114 +198,138 @@ const maxHoldSeconds = 7 * 24 * 3600
 // (accepted otherwise). A span is checked whole before anything of it is
 // added: a rejected span leaves no trace but the malformed count.
 func (o *Receiver) span(sp *tracepb.Span, batch map[string]*source.TagDelta, now time.Time, rej *rejects) reject {
-	var tag, op string
-	var active, idle float64
-	var session, port int64
-	var host string
-	var haveActive, haveIdle, haveTag, haveHost, ok bool
-	for _, kv := range sp.GetAttributes() {
-		v := kv.GetValue()
-		switch kv.GetKey() {
-		case AttrConnTag:
-			tag, haveTag = v.GetStringValue(), true
-		case AttrOperationName:
-			op = v.GetStringValue()
-		case AttrActiveSeconds:
-			if active, ok = seconds64(v); !ok {
-				return rejectIf(isHoldCandidate(sp), badNumber)
-			}
-			haveActive = true
-		case AttrIdleSeconds:
-			if idle, ok = seconds64(v); !ok {
-				return rejectIf(isHoldCandidate(sp), badNumber)
-			}
-			haveIdle = true
-		case AttrSessionID:
-			if session, ok = sessionID(v); !ok {
-				return rejectIf(isHoldCandidate(sp), badNumber)
-			}
-		case AttrServerAddress:
-			host, haveHost = v.GetStringValue(), v.GetStringValue() != ""
-		case AttrServerPort:
-			port = v.GetIntValue()
-		}
+	a, ok := readSpanAttrs(sp)
+	if !ok {
+		return rejectIf(isHoldCandidate(sp), badNumber)
 	}
-	if !haveTag {
+	if !a.haveTag {
 		return accepted // not conntag's
 	}
-	if !conntag.ValidTag(tag) {
+	if !conntag.ValidTag(a.tag) {
 		// Every tag passes the one grammar, whatever source it came
 		// from: conntag's spans carry SanitizeTag's output. The sample
 		// is cut and quoted where it is shown; never stored as a tag.
 		if rej.sample == "" {
-			rej.sample = attrib.Truncate(tag, 80)
+			rej.sample = attrib.Truncate(a.tag, 80)
 		}
 		return badTag
 	}
 	var f source.Figures
-	start, end := sp.GetStartTimeUnixNano(), sp.GetEndTimeUnixNano()
 	if sp.GetName() != SpanHold {
-		if op == "" {
+		if a.op == "" {
 			return accepted
 		}
 		f.Stmts = 1
 		if sp.GetStatus().GetCode() == tracepb.Status_STATUS_CODE_ERROR {
 			f.Errors = 1
 		}
-	} else {
-		// The times bound the session hint even when active and idle
-		// give the hold: a span from 1970 would name every pending run.
-		if start == 0 || end < start || end > math.MaxInt64 || end-start > maxHoldSeconds*1e9 ||
-			time.Unix(0, int64(end)).After(now.Add(maxFuture)) {
-			return badTimes
-		}
-		hold := float64(end-start) / 1e9
-		if haveActive && haveIdle {
-			hold = active + idle
-		}
-		if !(hold >= 0 && hold <= maxHoldSeconds) {
-			return badTimes
-		}
-		if hold > o.maxHold().Seconds() {
-			return tooLong
-		}
-		// Physics: the counters take no more of a hold than the time the
-		// receiver has been counting, plus the shortest window (a span is
-		// exported seconds after it ends, and a window covers at least
-		// its nominal length, so one span adds at most about one
-		// connection to any window). active and idle shrink in
-		// proportion.
-		if !o.Started.IsZero() {
-			if limit := (now.Sub(o.Started) + clipSlack).Seconds(); hold > limit {
-				active, idle = active*limit/hold, idle*limit/hold
-				hold = limit
-			}
-		}
-		f.Hold = hold
-		switch {
-		case haveActive:
-			f.Active = min(active, hold)
-			f.Idle = hold - f.Active
-		case haveIdle:
-			f.Idle = min(idle, hold)
-			f.Active = hold - f.Idle
-		}
+	} else if why := o.holdFigures(sp, &a, now, &f); why != accepted {
+		return why
 	}
 	if !o.HintsOnly {
-		d := batch[tag]
+		d := batch[a.tag]
 		if d == nil {
 			d = &source.TagDelta{}
-			batch[tag] = d
+			batch[a.tag] = d
 		}
 		d.Add(&f)
 		d.Obs++
 	}
-	if session > 0 && sp.GetName() == SpanHold {
+	if a.session > 0 && sp.GetName() == SpanHold {
 		// The session id is the ProxySQL session of the instance the app
 		// dialled or, connected directly, the server's connection id (the
 		// app↔server join): only that target may read it.
-		h := source.Hint{Tag: tag, Start: time.Unix(0, int64(start)), End: time.Unix(0, int64(end)), Received: now}
-		o.Router.Route(host, port, haveHost, session, h)
+		h := source.Hint{Tag: a.tag, Start: time.Unix(0, int64(sp.GetStartTimeUnixNano())),
+			End: time.Unix(0, int64(sp.GetEndTimeUnixNano())), Received: now}
+		o.Router.Route(a.host, a.port, a.haveHost, a.session, h)
+	}
+	return accepted
+}
+
+// spanAttrs are the attributes of a span the receiver reads.
+type spanAttrs struct {
+	tag, op, host        string
+	active, idle         float64 // seconds
+	session, port        int64
+	haveTag, haveHost    bool
+	haveActive, haveIdle bool
+}
+
+// readSpanAttrs reads sp's attributes; false when an active, idle or
+// session attribute is not a number it may be (the first such ends the
+// reading).
+func readSpanAttrs(sp *tracepb.Span) (a spanAttrs, ok bool) {
+	for _, kv := range sp.GetAttributes() {
+		v := kv.GetValue()
+		switch kv.GetKey() {
+		case AttrConnTag:
+			a.tag, a.haveTag = v.GetStringValue(), true
+		case AttrOperationName:
+			a.op = v.GetStringValue()
+		case AttrActiveSeconds:
+			if a.active, ok = seconds64(v); !ok {
+				return a, false
+			}
+			a.haveActive = true
+		case AttrIdleSeconds:
+			if a.idle, ok = seconds64(v); !ok {
+				return a, false
+			}
+			a.haveIdle = true
+		case AttrSessionID:
+			if a.session, ok = sessionID(v); !ok {
+				return a, false
+			}
+		case AttrServerAddress:
+			a.host, a.haveHost = v.GetStringValue(), v.GetStringValue() != ""
+		case AttrServerPort:
+			a.port = v.GetIntValue()
+		}
+	}
+	return a, true
+}
+
+// holdFigures sets f to a hold span's hold, active and idle seconds, and
+// says why the span had to be skipped (accepted otherwise).
+func (o *Receiver) holdFigures(sp *tracepb.Span, a *spanAttrs, now time.Time, f *source.Figures) reject {
+	// The times bound the session hint even when active and idle
+	// give the hold: a span from 1970 would name every pending run.
+	start, end := sp.GetStartTimeUnixNano(), sp.GetEndTimeUnixNano()
+	if start == 0 || end < start || end > math.MaxInt64 || end-start > maxHoldSeconds*1e9 ||
+		time.Unix(0, int64(end)).After(now.Add(maxFuture)) {
+		return badTimes
+	}
+	hold := float64(end-start) / 1e9
+	if a.haveActive && a.haveIdle {
+		hold = a.active + a.idle
+	}
+	if !(hold >= 0 && hold <= maxHoldSeconds) {
+		return badTimes
+	}
+	if hold > o.maxHold().Seconds() {
+		return tooLong
+	}
+	active, idle := a.active, a.idle
+	// Physics: the counters take no more of a hold than the time the
+	// receiver has been counting, plus the shortest window (a span is
+	// exported seconds after it ends, and a window covers at least
+	// its nominal length, so one span adds at most about one
+	// connection to any window). active and idle shrink in
+	// proportion.
+	if !o.Started.IsZero() {
+		if limit := (now.Sub(o.Started) + clipSlack).Seconds(); hold > limit {
+			active, idle = active*limit/hold, idle*limit/hold
+			hold = limit
+		}
+	}
+	f.Hold = hold
+	switch {
+	case a.haveActive:
+		f.Active = min(active, hold)
+		f.Idle = hold - f.Active
+	case a.haveIdle:
+		f.Idle = min(idle, hold)
+		f.Active = hold - f.Idle
 	}
 	return accepted
 }

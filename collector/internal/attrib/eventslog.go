@@ -380,11 +380,16 @@ const (
 // with a busy proxy on one core, and it needs only a dozen fields.
 // Unknown fields, nested values included, are skipped.
 //
-// It is the one function in the collector over 100 lines, on purpose: one
-// loop over the bytes with the field switch inline, so that a line costs no
-// allocation and no call per field (BenchmarkEventsLog); split into a
-// function per field, the decoded state would have to travel through
-// pointers or closures that escape.
+// It is the one function of the collector over 100 lines, on purpose: one
+// pass over the line with the field switch inline, so that a line costs no
+// allocation. Measured (BenchmarkParseEvent: the 187 lines of a real log and
+// one with escapes; 2026-12-03, load average 9-15 on 2 cores): 0 allocs/op,
+// 1.2-2.8 us a line, against 10.2-11.8 us and 11 allocations a line for
+// encoding/json into the same fields. Split into a decoder struct with a
+// method per kind of field, the decoder moved to the heap (an escaped
+// string keeps a pointer into it, stored through the method's receiver:
+// go build -gcflags=-m says "moved to heap: d"): one allocation, 256
+// bytes, a line. TestParseEventDoesNotAllocate holds it to 0.
 func parseEvent(line []byte, ev *Event, scratch *[]byte) error {
 	*ev = Event{Hostgroup: -1, RowsAffected: -1, ClientStmtID: -1}
 	*scratch = (*scratch)[:0]

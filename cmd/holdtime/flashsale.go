@@ -101,7 +101,8 @@ oversells or undersells, the engine does neither.
 counting mismatches; --migrate moves --shops shops through the stages (redis, shadow,
 mysql, lowest-volume shops first) during the sale, flips the kill switch on and off, and
 prints per phase the throughput and the mismatches, then the books of every
-reservation's source of truth. With --metrics-listen the kill switch is also at
+reservation's source of truth. Without --stock it stocks 9/10 of --buyers, so every
+stage sells and the sale sells out in the last ones, the shops split across both systems. With --metrics-listen the kill switch is also at
 /killswitch (holdtime killswitch).
 
 --compare runs the engine (skip_locked) and the baselines (for_update, counter) with
@@ -142,7 +143,7 @@ which it creates the engine's tables (inventory_*) and sells in a shop of its ow
 	fl.IntVar(&f.concurrency, "concurrency", 16, "buyers checking out at once")
 	fl.IntVar(&f.items, "items", 1, "distinct items on sale")
 	fl.IntVar(&f.locations, "locations", 1, "location groups per item, tried in order")
-	fl.Int64Var(&f.stock, "stock", 100, "units per item and location (--compare without --stock: 9/10 of --buyers over the items and locations)")
+	fl.Int64Var(&f.stock, "stock", 100, "units per item and location (--compare and --migrate without --stock: 9/10 of --buyers over the items, locations and shops)")
 	fl.IntVar(&f.cartSize, "cart-size", 1, "at most this many lines per cart, each one unit of a distinct item")
 	fl.IntVar(&f.poolSize, "pool-size", 0, "pooled units per item and location (0: the engine's default, 1000)")
 	fl.DurationVar(&f.paymentDelay, "payment-delay", 0, "time between reserve and claim")
@@ -256,6 +257,15 @@ func (f *flashsaleCmd) config() (flashsale.Config, []reservation.Strategy, error
 		for i := range f.shops {
 			cfg.ShopIDs = append(cfg.ShopIDs, base+uint64(i+1))
 		}
+	}
+	if f.migrate && !f.stockSet {
+		// Every stage sells, and the sale sells out in the last ones, with
+		// the shops split across Redis and MySQL: the case where a unit
+		// could be sold twice. With 100 units for 1,000 buyers it sold out
+		// in its first stage, still all Redis, and the later stages had
+		// nothing to move.
+		f.stock = max(1, int64(f.buyers)*9/10/int64(f.items*f.locations*f.shops))
+		cfg.Stock = f.stock
 	}
 	if f.compare {
 		if !f.stockSet {
@@ -868,6 +878,9 @@ func writeFlashsalePhases(w io.Writer, phases []flashsale.Phase) error {
 			m += " (" + strings.Join(kinds, ", ") + ")"
 		}
 		books := "-"
+		if p.Reserves == 0 && p.Buyers > 0 {
+			books = "none reserved"
+		}
 		if p.Checked > 0 {
 			books = fmt.Sprintf("%d wrong of %d", p.Wrong, p.Checked)
 		}

@@ -482,7 +482,9 @@ func (m *MetricsReceiver) sweep(now time.Time) {
 	}
 }
 
-// Series says how many series the receiver remembers.
+// Series says how many series the receiver remembers (about 200 bytes
+// each, at most MaxSeries): what the receiver keeps, for a gauge read at
+// scrape time. A scrape that comes during an export waits for its end.
 func (m *MetricsReceiver) Series() int {
 	m.mu.Lock()
 	defer m.mu.Unlock()

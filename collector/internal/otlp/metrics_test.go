@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	colmetrics "go.opentelemetry.io/proto/otlp/collector/metrics/v1"
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 	metricspb "go.opentelemetry.io/proto/otlp/metrics/v1"
@@ -469,4 +470,53 @@ func TestMetricsSeriesMemoryIsBoundedByCount(t *testing.T) {
 		t.Errorf("200 series kept %d KB of heap; want well under 2 MB (a copy of the 200 KB attribute per series is 40 MB)", grew>>10)
 	}
 	runtime.KeepAlive(req)
+}
+
+// TestMetricsSeriesIsAGaugeScrapedDuringExports: Series, registered as the
+// collector registers it (a GaugeFunc on the collector's registry), says
+// how many series the receiver remembers, and may be read at scrape time
+// while exports arrive: it only grows while new series come, and ends at
+// one series per tag exported.
+func TestMetricsSeriesIsAGaugeScrapedDuringExports(t *testing.T) {
+	m := newTestReceiver(newRecordingSink())
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name:        "holdtime_collector_otlp_metric_series",
+		Help:        "Counter series the OTLP metrics receiver remembers.",
+		ConstLabels: prometheus.Labels{"target": "app"},
+	}, func() float64 { return float64(m.Series()) }))
+	scrape := func() float64 {
+		t.Helper()
+		mfs, err := reg.Gather()
+		if err != nil || len(mfs) != 1 || len(mfs[0].GetMetric()) != 1 {
+			t.Fatalf("gathered %v, %v; want one gauge", mfs, err)
+		}
+		return mfs[0].GetMetric()[0].GetGauge().GetValue()
+	}
+	const tags = 200
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := range tags {
+			if rej := m.ingest(export("a", hold(pt{tag: fmt.Sprintf("tag_%d", i), start: 1, time: 11, value: 1}))); rej.total() != 0 {
+				t.Errorf("export %d: %s", i, rej.message())
+			}
+		}
+	}()
+	last := 0.0
+	for exporting := true; exporting; {
+		select {
+		case <-done:
+			exporting = false
+		default:
+		}
+		n := scrape()
+		if n < last || n > tags {
+			t.Fatalf("scraped %v series after %v; want a count that only grows, to %d", n, last, tags)
+		}
+		last = n
+	}
+	if n := scrape(); n != tags {
+		t.Fatalf("scraped %v series after %d exports of one tag each, want %d", n, tags, tags)
+	}
 }

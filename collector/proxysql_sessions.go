@@ -96,6 +96,10 @@ type pendingUnknown struct {
 	// run never spans two borrows.
 	backend attrib.BackendKey
 	borrow  [2]int64
+	// firstRead is when the answer of first had been read: from then to
+	// last (the query of the last sample sent) the session certainly held
+	// the backend idle.
+	firstRead time.Time
 	// lastSeen is when ProxySQL took the snapshot of last (see firstSeen).
 	lastSeen time.Time
 	// end is when the answer of last had been read: the run's span for
@@ -253,11 +257,11 @@ func (p *proxysqlSessions) addSampled(h *SampledHold) {
 			runs[n-1].fallback == fallback && !runs[n-1].joined {
 			pu = runs[n-1]
 		} else {
-			seen := h.At
+			seen, read := h.At, h.At
 			if p.lastRead.After(h.At) {
-				seen = h.At.Add(p.lastRead.Sub(h.At) / 2)
+				seen, read = h.At.Add(p.lastRead.Sub(h.At)/2), p.lastRead
 			}
-			pu = &pendingUnknown{first: h.At, firstSeen: seen, backend: h.Backend, borrow: h.Borrow, fallback: fallback}
+			pu = &pendingUnknown{first: h.At, firstSeen: seen, firstRead: read, backend: h.Backend, borrow: h.Borrow, fallback: fallback}
 			p.pending[h.SessionID] = append(runs, pu)
 		}
 		p.linkWaits(h.SessionID, pu)
@@ -644,7 +648,7 @@ func (p *proxysqlSessions) resolveJoined(id int64) {
 		if joins == nil {
 			joins = p.joins()
 		}
-		s := trxjoin.Sample{Start: pu.first, End: pu.end, InTrx: pu.inTrx}
+		s := trxjoin.Sample{Start: pu.first, End: pu.end, HeldFrom: pu.firstRead, HeldTo: pu.last, InTrx: pu.inTrx}
 		for _, j := range joins {
 			r, ok := j.decide(pu.backend, s)
 			if !ok {

@@ -41,6 +41,16 @@ type Sample struct {
 	// Backend is the server's processlist id of the backend the session
 	// holds: extended_info's backends[].conn.mysql.thread_id.
 	Backend int64
+	// HeldFrom and HeldTo, when set, are the part of Start..End in which
+	// the session certainly held the backend idle: from reading the first
+	// sample's answer to sending the last sample's query (ProxySQL took
+	// each snapshot somewhere between sending and reading; with one sample
+	// the part is empty). A read inside Start..End but not inside this part
+	// may have seen the backend before the session took it or after it
+	// gave it back (measured: a 50 ms read under load, inside Start..End,
+	// showed the next borrower's BEGIN and named its tag, exact and wrong).
+	// Zero: Start..End.
+	HeldFrom, HeldTo time.Time
 	// InTrx: ProxySQL shows the session inside a transaction. Otherwise the
 	// backend is pinned (user variable, temporary table, lock, prepared
 	// statement, …).
@@ -107,8 +117,12 @@ func Decide(reads []Read, s Sample) Result {
 // transaction it shows open, or the last statement it shows completed, is
 // the session's. ok is false when no read lies inside the span.
 func inside(reads []Read, s Sample) (Result, bool) {
+	from, to := s.Start, s.End
+	if !s.HeldFrom.IsZero() || !s.HeldTo.IsZero() {
+		from, to = s.HeldFrom, s.HeldTo
+	}
 	for _, r := range reads {
-		if r.Start.Before(s.Start) || r.End.After(s.End) {
+		if r.Start.Before(from) || r.End.After(to) {
 			continue
 		}
 		t := r.Threads[s.Backend]
@@ -117,10 +131,11 @@ func inside(reads []Read, s Sample) (Result, bool) {
 		}
 		j := newJudge(reads, s.Backend, t.ThreadID)
 		if s.InTrx {
-			if t.Trx.Active() {
-				return j.firstTagged(j.trxMember(t.Trx.EventID), "a read inside the idle span shows the transaction open"), true
+			trx := recordedTrx(r, t)
+			if trx.Active() {
+				return j.firstTagged(j.trxMember(trx.EventID), "a read inside the idle span shows the transaction open"), true
 			}
-			if b := openBegin(t); b != 0 && t.Trx == nil {
+			if b := openBegin(t); b != 0 && trx == nil {
 				return j.firstTagged(j.beginMember(b), "a read inside the idle span shows its BEGIN open"), true
 			}
 		}
@@ -166,8 +181,8 @@ func newJudge(reads []Read, pid, tid int64) *judge {
 		if t == nil {
 			continue
 		}
-		if t.Trx != nil {
-			j.parent[t.Trx.EventID] = t.Trx.NestingEventID
+		if trx := j.trxAt(i); trx != nil {
+			j.parent[trx.EventID] = trx.NestingEventID
 		}
 		for _, st := range t.Stmts {
 			k, ok := idx[st.EventID]
@@ -198,6 +213,30 @@ func (j *judge) thread(i int) *Thread {
 	return t
 }
 
+// trxAt is the thread's transaction as read i shows it, nil when the read
+// shows none or transactions were not being recorded then.
+func (j *judge) trxAt(i int) *Trx {
+	t := j.thread(i)
+	if t == nil {
+		return nil
+	}
+	return recordedTrx(j.reads[i], t)
+}
+
+// recordedTrx is t.Trx when read r found transactions recorded. A server
+// whose transaction instrument or consumer was turned off at run time
+// keeps each thread's last row in events_transactions_current (measured on
+// MariaDB 10.11: COMMITTED rows of transactions long over, beside BEGINs
+// in the statement history that no row stands for): such a row is not
+// this thread's current transaction. A Read made by hand (Setup.Consumers
+// nil) is taken as it is.
+func recordedTrx(r Read, t *Thread) *Trx {
+	if r.Setup.Consumers != nil && (!r.Setup.TrxInstrument || !r.Setup.Consumers["events_transactions_current"]) {
+		return nil
+	}
+	return t.Trx
+}
+
 // wall maps a server timer value to the collector's clock through read i.
 func (j *judge) wall(i int, ps uint64) (time.Time, bool) {
 	r := j.reads[i]
@@ -211,8 +250,8 @@ func (j *judge) wall(i int, ps uint64) (time.Time, bool) {
 func (j *judge) maxEvent(i int) int64 {
 	t := j.thread(i)
 	var m int64
-	if t.Trx != nil {
-		m = t.Trx.EventID
+	if trx := j.trxAt(i); trx != nil {
+		m = trx.EventID
 	}
 	for _, st := range t.Stmts {
 		m = max(m, st.EventID)
@@ -224,6 +263,20 @@ func (j *judge) maxEvent(i int) int64 {
 type trxCand struct {
 	id int64
 	in func(Stmt) bool
+	// named names it; nil: firstTagged(in).
+	named func() Result
+	// from and to, when from is set, are the statements that opened and
+	// ended it (to 0: not ended in what the reads show), for the server's
+	// timer; otherwise its members and the statement that started it
+	// (events_transactions_current) give its span.
+	from, to int64
+}
+
+func (c trxCand) result(j *judge) Result {
+	if c.named != nil {
+		return c.named()
+	}
+	return j.firstTagged(c.in, "")
 }
 
 // trx applies the causal rule. A transaction ACTIVE with the same EVENT_ID
@@ -237,21 +290,23 @@ type trxCand struct {
 // sample and the result is inferred. ok is false when no transaction is
 // known (the caller falls back to the pin rule).
 func (j *judge) trx(bi, ai int, s Sample) (Result, bool) {
-	tb, ta := j.thread(bi), j.thread(ai)
-	if tb.Trx.Active() && ta.Trx.Active() && tb.Trx.EventID == ta.Trx.EventID {
-		return j.firstTagged(j.trxMember(tb.Trx.EventID), "transaction open in both bracketing reads (events_transactions_current)"), true
+	tb, ta := j.trxAt(bi), j.trxAt(ai)
+	if tb.Active() && ta.Active() && tb.EventID == ta.EventID {
+		return j.firstTagged(j.trxMember(tb.EventID), "transaction open in both bracketing reads (events_transactions_current)"), true
 	}
 	cands := j.candidates(bi, ai)
 	if len(cands) == 0 {
 		return Result{}, false
 	}
 	if len(cands) == 1 {
-		return j.firstTagged(cands[0].in, "the only transaction the backend had open between the bracketing reads"), true
+		r := cands[0].result(j)
+		r.Reason = "the only transaction the backend had open between the bracketing reads" + r.Reason
+		return r, true
 	}
 	rs := make([]Result, len(cands))
 	same := true
 	for k, c := range cands {
-		rs[k] = j.firstTagged(c.in, "")
+		rs[k] = c.result(j)
 		same = same && rs[k].Quality == Exact && rs[k].Tag == rs[0].Tag
 	}
 	if same {
@@ -266,7 +321,18 @@ func (j *judge) trx(bi, ai int, s Sample) (Result, bool) {
 	for k, c := range cands {
 		var first, end uint64
 		for _, st := range j.all {
-			if c.in(st) || st.EventID == j.parent[c.id] {
+			switch {
+			case c.from != 0:
+				if st.EventID == c.from {
+					first = st.TimerStart
+				}
+				if st.EventID == c.to {
+					end = st.TimerEnd
+					if isBegin(st) {
+						end = st.TimerStart // a BEGIN ends the transaction before it as it starts
+					}
+				}
+			case c.in(st) || st.EventID == j.parent[c.id]:
 				if first == 0 {
 					first = st.TimerStart
 				}
@@ -314,7 +380,7 @@ func (j *judge) trxMember(id int64) func(Stmt) bool {
 func (j *judge) candidates(bi, ai int) []trxCand {
 	recorded := false
 	for i := 0; i <= ai; i++ {
-		if t := j.thread(i); t != nil && t.Trx != nil {
+		if j.trxAt(i) != nil {
 			recorded = true
 		}
 	}
@@ -334,11 +400,12 @@ func (j *judge) candidates(bi, ai int) []trxCand {
 		}
 	}
 	var member func(id int64) func(Stmt) bool
+	var segs map[int64]segment
 	if recorded {
 		member = j.trxMember
 		for i := 0; i <= ai; i++ {
-			if t := j.thread(i); t != nil && t.Trx != nil {
-				note(t.Trx.EventID, i, !t.Trx.Active())
+			if trx := j.trxAt(i); trx != nil {
+				note(trx.EventID, i, !trx.Active())
 			}
 		}
 		for _, st := range j.all {
@@ -353,33 +420,26 @@ func (j *judge) candidates(bi, ai int) []trxCand {
 			}
 		}
 	} else {
-		// Transactions are not recorded: BEGIN statements stand for them,
-		// ended by the next COMMIT, ROLLBACK or BEGIN.
-		member = j.beginMember
-		var open int64
-		for _, st := range j.all {
-			if isBegin(st) {
-				if i := j.seen[st.EventID]; i <= ai {
-					note(st.EventID, i, false)
-				}
-				open = st.EventID
-				continue
+		// Transactions are not recorded: the statement history's
+		// boundaries stand for them. A BEGIN opens one, ended by the next
+		// COMMIT, ROLLBACK or BEGIN. The statements after a COMMIT or
+		// ROLLBACK up to the next boundary (a run) may be an implicit
+		// transaction (autocommit=0: ProxySQL sends its own untagged SET
+		// autocommit=0 before the session's first statement) or
+		// autocommit statements: nothing here tells which, so each run is
+		// a candidate too. Without the runs, a backend whose BEGIN
+		// transaction was open at the earlier read and that then served an
+		// autocommit=0 session was named after the BEGIN's tag, exact and
+		// wrong (measured through ProxySQL 2.7.1 on MariaDB 10.11 with the
+		// transaction instrument off: 1.0 to 2.4 s of 24 s credited to the
+		// wrong tag, exact, hog BEGIN…COMMIT beside autocommit=0 clients).
+		segs = j.segments()
+		for id, g := range segs {
+			if g.seen <= ai {
+				note(id, g.seen, false)
 			}
-			if isEnd(st) && open != 0 {
-				if d, ok := j.done[st.EventID]; ok && d <= ai {
-					note(open, d, true)
-				}
-				open = 0
-			}
-		}
-		// A BEGIN is ended by the next BEGIN too.
-		var prev int64
-		for _, st := range j.all {
-			if isBegin(st) {
-				if prev != 0 {
-					note(prev, j.seen[st.EventID], true)
-				}
-				prev = st.EventID
+			if g.ended >= 0 {
+				note(id, g.ended, true)
 			}
 		}
 	}
@@ -394,9 +454,72 @@ func (j *judge) candidates(bi, ai int) []trxCand {
 		if id < newestAtB || x.ended >= 0 && x.ended <= bi || x.seen > ai {
 			continue
 		}
-		out = append(out, trxCand{id, member(id)})
+		if g, ok := segs[id]; ok {
+			out = append(out, g.trxCand)
+			continue
+		}
+		out = append(out, trxCand{id: id, in: member(id)})
 	}
 	slices.SortFunc(out, func(a, b trxCand) int { return cmp.Compare(a.id, b.id) })
+	return out
+}
+
+// segment is a transaction the statement history's boundaries show when
+// transactions are not recorded: a BEGIN and the statements after it, or a
+// run of statements after a COMMIT or ROLLBACK (or from the first one
+// shown), each up to the next boundary.
+type segment struct {
+	trxCand
+	run         bool // a run of statements, not a BEGIN's
+	seen, ended int  // first read that shows it, first that shows it ended (-1: none)
+}
+
+// segments splits the thread's statements at their boundaries, keyed by
+// the segment's first statement. A BEGIN (whose start proves the statement
+// before it done) ends a segment where the reads first show it; a COMMIT or
+// ROLLBACK where they first show it completed.
+func (j *judge) segments() map[int64]segment {
+	out := map[int64]segment{}
+	var cur *segment
+	closeBy := func(st Stmt, read int, ok bool) {
+		if cur == nil {
+			return
+		}
+		cur.to = st.EventID
+		if ok {
+			cur.ended = read
+		}
+		out[cur.from] = *cur
+		cur = nil
+	}
+	for _, st := range j.all {
+		seen := j.seen[st.EventID]
+		switch {
+		case isBegin(st):
+			closeBy(st, seen, true)
+			cur = &segment{trxCand: trxCand{id: st.EventID, from: st.EventID}, seen: seen, ended: -1}
+		case isEnd(st):
+			d, ok := j.done[st.EventID]
+			closeBy(st, d, ok)
+		default:
+			if cur == nil {
+				cur = &segment{trxCand: trxCand{id: st.EventID, from: st.EventID}, run: true, seen: seen, ended: -1}
+			}
+			cur.seen = min(cur.seen, seen)
+		}
+	}
+	if cur != nil {
+		out[cur.from] = *cur
+	}
+	for id, g := range out {
+		from, to := g.from, g.to
+		g.in = func(st Stmt) bool { return st.EventID >= from && (to == 0 || st.EventID < to) && !isBoundary(st) }
+		if g.run {
+			in := g.in
+			g.named = func() Result { return j.allTagged(in) }
+		}
+		out[id] = g
+	}
 	return out
 }
 
@@ -413,13 +536,41 @@ func (j *judge) beginMember(b int64) func(Stmt) bool {
 	return func(st Stmt) bool { return st.EventID > b && (end == 0 || st.EventID < end) }
 }
 
+// allTagged names a run of statements outside any BEGIN: exact when every
+// tagged statement in it names the same tag. The run may hold an implicit
+// transaction after autocommit statements of an earlier borrower, so its
+// first tag is not enough.
+func (j *judge) allTagged(in func(Stmt) bool) Result {
+	var tag string
+	q := Unknown
+	for _, st := range j.all {
+		if !in(st) {
+			continue
+		}
+		t, tq := j.tagOf(st)
+		switch {
+		case tq == Unknown:
+		case q == Unknown:
+			tag, q = t, tq
+		case t != tag:
+			return Result{Reason: "; statements of different tags in it"}
+		default:
+			q = min(q, tq)
+		}
+	}
+	if q == Unknown {
+		return Result{Reason: "; no tagged statement in it"}
+	}
+	return Result{Tag: tag, Quality: q}
+}
+
 // firstTagged returns the tag of the first statement, by EVENT_ID, that is
 // in the transaction and names a tag, from every read.
 func (j *judge) firstTagged(in func(Stmt) bool, why string) Result {
 	open := false
 	if n := len(j.reads) - 1; n >= 0 {
 		if t := j.thread(n); t != nil {
-			open = t.Trx.Active() || openBegin(t) != 0
+			open = j.trxAt(n).Active() || openBegin(t) != 0
 		}
 	}
 	for _, st := range j.all {

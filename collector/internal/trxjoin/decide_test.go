@@ -61,6 +61,19 @@ func between(inTrx bool) Sample {
 	return Sample{Start: ms(50), End: ms(51), Backend: pid, InTrx: inTrx}
 }
 
+// withTimes sets a statement's server timer span, in collector ms.
+func withTimes(st Stmt, startMs, endMs int) Stmt {
+	st.TimerStart, st.TimerEnd = ps(startMs), ps(endMs)
+	return st
+}
+
+// off marks a read as made while the server recorded no transactions
+// (the transaction instrument off, the consumer on).
+func off(r Read) Read {
+	r.Setup = Setup{Consumers: map[string]bool{"events_transactions_current": true}}
+	return r
+}
+
 func withPrepared(t *Thread, ps ...Prepared) *Thread { t.Prepared = ps; return t }
 
 func TestDecide(t *testing.T) {
@@ -135,6 +148,63 @@ func TestDecide(t *testing.T) {
 				rd(1, th(7, nil, stmt(1, "SELECT 1 /* conn_tag:previous */", 1), begin(10), stmt(12, "SELECT 2 /* conn_tag:next */", 5))),
 			},
 			s: between(true), tag: "next", q: Exact,
+		},
+		{
+			// Measured through ProxySQL with the transaction instrument off:
+			// a hog's BEGIN open at the earlier read, then on the same
+			// backend an autocommit=0 session (ProxySQL's own SET
+			// autocommit=0, its statement, idle, COMMIT): named after the
+			// hog, exact, before runs were candidates.
+			name: "without transaction events, an autocommit=0 transaction after a BEGIN open at the earlier read: never the BEGIN's tag",
+			reads: []Read{
+				rd(0, th(7, nil, begin(5), stmt(6, "SELECT 1 /* conn_tag:hog */", 5))),
+				rd(1, th(7, nil, begin(5), stmt(6, "SELECT 1 /* conn_tag:hog */", 5), commit(7, 0),
+					Stmt{EventID: 8, EventName: "statement/sql/set_option", Text: "SET autocommit=0", Done: true, TimerStart: ps(20), TimerEnd: ps(20)},
+					stmt(9, "SELECT 2 /* conn_tag:implicit */", 21), withTimes(commit(10, 0), 90, 90))),
+			},
+			s: between(true), tag: "implicit", q: Inferred,
+		},
+		{
+			name: "without transaction events, an autocommit=0 transaction open in both reads after a BEGIN one",
+			reads: []Read{
+				rd(0, th(7, nil, begin(5), stmt(6, "SELECT 1 /* conn_tag:hog */", 5), commit(7, 0), stmt(9, "SELECT 2 /* conn_tag:implicit */", 8))),
+				rd(1, th(7, nil, begin(5), stmt(6, "SELECT 1 /* conn_tag:hog */", 5), commit(7, 0), stmt(9, "SELECT 2 /* conn_tag:implicit */", 8))),
+			},
+			s: between(true), tag: "implicit", q: Exact,
+		},
+		{
+			name: "without transaction events, a run of two tags after a COMMIT: unknown, not its first tag",
+			reads: []Read{
+				rd(0, th(7, nil, begin(5), stmt(6, "SELECT 1 /* conn_tag:hog */", 5))),
+				rd(1, th(7, nil, begin(5), stmt(6, "SELECT 1 /* conn_tag:hog */", 5), commit(7, 0),
+					stmt(8, "SELECT 2 /* conn_tag:autocommit */", 20), stmt(9, "SELECT 3 /* conn_tag:implicit */", 30))),
+			},
+			s: between(true),
+		},
+		{
+			// The instrument turned off mid-transaction leaves its row
+			// ACTIVE in events_transactions_current for good.
+			name: "a stale events_transactions_current row of a server that stopped recording is not the current transaction",
+			reads: []Read{
+				off(rd(0, th(7, active(11, 10), begin(10), in(11, stmt(12, "SELECT 1 /* conn_tag:old */", 1)), commit(13, 0),
+					begin(20), stmt(21, "SELECT 2 /* conn_tag:next */", 5)))),
+				off(rd(1, th(7, active(11, 10), begin(10), in(11, stmt(12, "SELECT 1 /* conn_tag:old */", 1)), commit(13, 0),
+					begin(20), stmt(21, "SELECT 2 /* conn_tag:next */", 5)))),
+			},
+			s: between(true), tag: "next", q: Exact,
+		},
+		{
+			// Read 1 lies inside Start..End but ends after HeldTo: ProxySQL
+			// may have taken the last snapshot before it, and the backend
+			// served the next borrower meanwhile.
+			name: "a read inside the sample's span but not where the session certainly held the backend is no inside read",
+			reads: []Read{
+				rd(0, th(7, nil, stmt(5, "SET @v := 1 /* conn_tag:holder */", 5))),
+				rd(1, th(7, nil, stmt(5, "SET @v := 1 /* conn_tag:holder */", 5), stmt(6, "SELECT 1 /* conn_tag:next */", 108))),
+				rd(2, th(7, nil, stmt(5, "SET @v := 1 /* conn_tag:holder */", 5), stmt(6, "SELECT 1 /* conn_tag:next */", 108))),
+			},
+			s:   Sample{Start: ms(50), End: ms(160), HeldFrom: ms(60), HeldTo: ms(105), Backend: pid},
+			tag: "holder", q: Inferred,
 		},
 		{
 			name: "pin with nothing between the reads: the last statement",

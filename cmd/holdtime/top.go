@@ -54,6 +54,13 @@ type topCmd struct {
 	tokenFlag, caFlag bool
 	caCert            string
 
+	// holdProfiles are the apps' hold profile URLs (--hold-profile);
+	// holdProfileFlag: given on the command line, not only from the
+	// environment. frames reads them for the drill-down.
+	holdProfiles    []string
+	holdProfileFlag bool
+	frames          *frameFetcher
+
 	filterRe *regexp.Regexp
 	replay   *replayPlayer // with --replay: the playback clock
 	// replayPaused starts the console paused (--at: the instant asked for).
@@ -117,6 +124,15 @@ With a PROXY column comes WAIT: the statements of the tag waiting for a ProxySQL
 backend, on average over the span (wait-seconds per second): what the tag suffers,
 beside what it holds. The app pool's wait is per pool, not per tag (see conntag's docs).
 
+In the console, Enter on a tag drills into it. With --hold-profile URL (one per app
+instance: the hold profile of an app opened with conntag.WithHoldProfile; the demo and
+flashsale --metrics-listen serve it at /debug/holdtime/profile), the drill-down also
+shows the tag's hottest frames: the app's lines that borrowed the connections the tag
+held, by held seconds (cumulative since the app started), with their idle share and
+the holds open now, summed over the apps, read every 5s in the background; an app that
+is down, slow (3s) or serves something else is named with why. The collector's token
+is never sent to these URLs; credentials in a URL (user:pass@) go to that app only.
+
 Polling directly, top waits up to --timeout for every source's first answer; a
 source that refuses the connection or the login, or names an unknown database,
 ends it at once with what to fix. A DSN without NAME= is named by its address
@@ -129,6 +145,7 @@ a ';' goes on the command line instead.`,
 		Example: `  holdtime top --collector http://127.0.0.1:9479
   holdtime top --mysql 'monitor:secret@tcp(db:3306)/' --window 10s
   holdtime top --collector http://127.0.0.1:9479 --layer server
+  holdtime top --collector http://127.0.0.1:9479 --hold-profile http://app1:9480/debug/holdtime/profile --hold-profile http://app2:9480/debug/holdtime/profile
   holdtime top --replay ./rec --at 14:03:20
   holdtime top --prometheus http://127.0.0.1:9090 --window 1m
   holdtime top --proxysql 'admin:admin@tcp(127.0.0.1:6032)/' --once --json`,
@@ -136,6 +153,7 @@ a ';' goes on the command line instead.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			t.out, t.in = cmd.OutOrStdout(), cmd.InOrStdin()
 			t.tokenFlag, t.caFlag = cmd.Flags().Changed("token"), cmd.Flags().Changed("ca-cert")
+			t.holdProfileFlag = cmd.Flags().Changed("hold-profile")
 			if err := flagsFromEnv(cmd); err != nil {
 				return err
 			}
@@ -151,6 +169,8 @@ a ';' goes on the command line instead.`,
 	f.StringVar(&t.replayDir, "replay", "", "play back a `holdtime collect --record` directory instead of watching live")
 	f.StringVar(&t.at, "at", "", "with --replay: the instant to show first (15:04:05 on the recording's day, RFC 3339, or +DURATION from its start); --once and --json print that instant (default: the end)")
 	f.StringArrayVar(&t.proxysqlDSNs, "proxysql", nil, "ProxySQL admin DSN to poll directly, [NAME=]user:pass@tcp(host:6032)/ (repeatable)")
+	f.StringArrayVar(&t.holdProfiles, "hold-profile", nil, "URL of an app's conntag hold profile, such as http://127.0.0.1:9480"+holdProfilePath+
+		" (repeatable: one per app instance): the console's drill-down shows the tag's hottest frames, the app's lines that held its connections; the collector's token is never sent there")
 	f.StringArrayVar(&t.mysqlDSNs, "mysql", nil, "MySQL/MariaDB DSN to poll directly, [NAME=]user:pass@tcp(host:3306)/ (repeatable)")
 	f.DurationVar(&t.interval, "interval", time.Second, "refresh interval")
 	f.DurationVar(&t.timeout, "timeout", 10*time.Second, "how long to wait for the first answer of each source polled directly")
@@ -203,6 +223,15 @@ func (t *topCmd) validate() error {
 			return errors.New("--token and --ca-cert are for --collector: a replay reads files")
 		}
 		t.token, t.caCert = "", "" // from the environment, for another use
+	}
+	if t.replayDir != "" && len(t.holdProfiles) > 0 {
+		if t.holdProfileFlag {
+			return errors.New("--hold-profile reads a running app: a recording has no hold profile (drop --hold-profile with --replay)")
+		}
+		t.holdProfiles = nil // from the environment, for live use
+	}
+	if err := validateHoldProfileURLs(t.holdProfiles); err != nil {
+		return err
 	}
 	if t.replayDir != "" && (t.layer == string(collector.LayerApp) || t.layer == string(collector.LayerServer)) {
 		return fmt.Errorf("--layer %s: a recording has the proxy layer only (the MySQL server and the app's spans are not recorded): use --layer proxy or max", t.layer)
@@ -283,6 +312,9 @@ func (t *topCmd) run(ctx context.Context) error {
 	var down string // what a failed answer is, in the header
 	if t.replayDir != "" {
 		return t.runReplay(ctx)
+	}
+	if err := t.startFrames(); err != nil { // topframes.go
+		return err
 	}
 	if t.prometheus != "" {
 		hc, err := collectorHTTPClient(t.promToken, t.caCert)

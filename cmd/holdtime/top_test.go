@@ -22,13 +22,13 @@ import (
 
 // hogWorkload runs until ctx ends: "hog" keeps transactions open for 200 ms
 // while it waits on nothing, "quick" runs short statements.
-func hogWorkload(t *testing.T, ctx context.Context, d *testenv.Database) *sync.WaitGroup {
+func hogWorkload(t *testing.T, ctx context.Context, d *testenv.Database, opts ...conntag.Option) *sync.WaitGroup {
 	t.Helper()
 	connector, err := mysql.NewConnector(d.Config())
 	if err != nil {
 		t.Fatal(err)
 	}
-	db := conntag.OpenDB(connector, conntag.WithoutMetrics())
+	db := conntag.OpenDB(connector, append([]conntag.Option{conntag.WithoutMetrics()}, opts...)...)
 	t.Cleanup(func() { db.Close() })
 	// The server sees a transaction only once it touches an InnoDB table.
 	if _, err := db.ExecContext(ctx, "CREATE TABLE IF NOT EXISTS carts (id INT PRIMARY KEY)"); err != nil {

@@ -29,7 +29,7 @@ import (
 // topKeys is the key table: the help screen and the README show it.
 var topKeys = []struct{ keys, what string }{
 	{"↑ ↓ k j, PgUp PgDn, Home End", "move the selection (the table scrolls)"},
-	{"Enter", "drill into the selected tag: its figures per layer and per source, and what the collector knows of it now (sessions, pins, transactions, locks)"},
+	{"Enter", "drill into the selected tag: its figures per layer and per source, what the collector knows of it now (sessions, pins, transactions, locks), and its hottest frames in the app (--hold-profile)"},
 	{"Esc", "back (from the drill-down, the help, the filter); at the table, quit"},
 	{"O H I A S E N T", "sort by occupancy, hold, idle share, active, statements, errors, sessions, tag"},
 	{"< >", "sort by the previous / next column"},
@@ -114,6 +114,12 @@ type topModel struct {
 	drill     string // the tag drilled into; "" at the table
 	detail    *collector.TagDetail
 	detailErr error
+	// The drilled tag's hottest frames (topframes.go): the latest read
+	// of the apps' hold profiles, and the read in flight, as for detail.
+	frames                *tagFrames
+	framesSeq, framesWait int
+	framesWaitTag         string
+	framesAsked           time.Time
 
 	// With --replay: the playback clock, the jump prompt, the end.
 	replay  *replayPlayer
@@ -185,7 +191,10 @@ func (m *topModel) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 		if m.replay != nil {
 			return m, m.fetchDetail() // the replay's ticks run on their own
 		}
-		return m, tea.Batch(m.scheduleTick(), m.fetchDetail())
+		return m, tea.Batch(m.scheduleTick(), m.fetchDetail(), m.fetchFrames())
+	case framesMsg:
+		m.gotFrames(msg)
+		return m, nil
 	case detailMsg:
 		if msg.seq == m.detailWait {
 			m.detailWait = 0
@@ -334,8 +343,8 @@ func (m *topModel) key(k tea.KeyMsg) (tea.Model, tea.Cmd) {
 		m.move(1 << 30)
 	case "enter":
 		if rows := m.rows(); m.drill == "" && m.selected < len(rows) {
-			m.drill, m.detail, m.detailErr = rows[m.selected].Tag, nil, nil
-			return m, m.fetchDetail()
+			m.drill, m.detail, m.detailErr, m.frames = rows[m.selected].Tag, nil, nil, nil
+			return m, tea.Batch(m.fetchDetail(), m.fetchFrames())
 		}
 	case "a", "p", "s", "m":
 		m.t.layer = map[string]string{"a": "app", "p": "proxy", "s": "server", "m": collector.LayerMax}[s]
@@ -608,6 +617,7 @@ func (m *topModel) viewDrill(b *strings.Builder) {
 	printLine(b, w, m.color, cell{"tag " + m.drill, "1"}, plain("   (Esc returns)"))
 	if row == nil {
 		printLine(b, w, m.color, plain("the tag held no connection in the window"))
+		m.viewFrames(b) // the app's profile is cumulative: it may know the tag still
 		return
 	}
 	view := newTopView(m.resp)
@@ -649,6 +659,7 @@ func (m *topModel) viewDrill(b *strings.Builder) {
 			plain(statementsCell(src, sf.Statements)), plain(fmt.Sprintf("%.0f", sf.Errors)))
 	}
 	st.write(b, w, m.color)
+	m.viewFrames(b) // topframes.go
 	m.viewDetail(b)
 }
 
@@ -759,9 +770,9 @@ func (m *topModel) viewDetail(b *strings.Builder) {
 		}
 		tb.write(b, w, m.color)
 	}
-	if len(d.Unknown) > 0 {
+	if unknown := hideFramesUnknown(d.Unknown); len(unknown) > 0 {
 		section("not known yet")
-		for _, u := range d.Unknown {
+		for _, u := range unknown {
 			printLine(b, w, m.color, plain("  "+u))
 		}
 	}

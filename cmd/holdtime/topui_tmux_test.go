@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/holdtime/holdtime/collector"
+	"github.com/holdtime/holdtime/conntag"
 	"github.com/holdtime/holdtime/testenv"
 )
 
@@ -119,13 +121,21 @@ func buildHoldtime(t *testing.T) string {
 // TestTopConsoleInATerminal is the console's definition of done: top runs
 // in a real terminal against a live collector while a hog holds
 // connections idle in transactions; a person sorts, filters, pauses,
-// switches layers, drills into the hog and back, resizes the terminal, loses
-// the collector and gets it back, then quits, and every screen is checked.
+// switches layers, drills into the hog (its hottest frame read from the
+// app's hold profile) and back, resizes the terminal, loses the collector
+// and gets it back, then quits, and every screen is checked.
 func TestTopConsoleInATerminal(t *testing.T) {
 	d := testenv.NewDatabase(t)
 	ctx, cancel := context.WithCancel(context.Background())
-	wg := hogWorkload(t, ctx, d)
+	// The workload is the app, serving its hold profile; every borrow
+	// sampled, so the hog's are there by the time the test drills in.
+	hp := conntag.NewHoldProfile(1)
+	wg := hogWorkload(t, ctx, d, conntag.WithHoldProfile(hp))
 	defer func() { cancel(); wg.Wait() }()
+	mux := http.NewServeMux()
+	mux.Handle(holdProfilePath, hp)
+	app := httptest.NewServer(mux)
+	defer app.Close()
 
 	c, err := collector.New(collector.Config{MySQL: []collector.MySQLConfig{{Name: "db", DSN: d.DSN(), Interval: 200 * time.Millisecond}}})
 	if err != nil {
@@ -150,7 +160,7 @@ func TestTopConsoleInATerminal(t *testing.T) {
 	defer func() { srv.Close() }()
 
 	bin := buildHoldtime(t)
-	p := startTmux(t, 160, 30, bin+" top --collector http://"+addr+" --interval 200ms --window 10s --color never")
+	p := startTmux(t, 160, 30, bin+" top --collector http://"+addr+" --interval 200ms --window 10s --color never --hold-profile "+app.URL+holdProfilePath)
 
 	// The hog ranks first once the server layer covers 2 s.
 	s := p.waitFor("the hog first with a figure", func(s string) bool {
@@ -216,6 +226,19 @@ func TestTopConsoleInATerminal(t *testing.T) {
 	})
 	if f := rowFields(s, "db"); len(f) < 4 || f[1] == "0" {
 		t.Errorf("the hog's transactions row is %v:\n%s", f, s)
+	}
+	// The hog's hottest frame, as conntag names it: the hog's line in
+	// hogWorkload that borrowed, from the profile top read over HTTP.
+	frame, _ := conntag.HottestFrame(hp.Profile(), map[string]string{"conn_tag": "hog"})
+	fn, loc, _ := strings.Cut(frame, " ")
+	file, line, _ := strings.Cut(loc, ":")
+	if !strings.Contains(fn, "hogWorkload") {
+		t.Fatalf("conntag's hottest frame of the hog is %q, not hogWorkload's", frame)
+	}
+	want := shortFrame(fn, file, 0) + " top_test.go:" + line
+	s = p.waitFor("the hog's hottest frame", func(s string) bool { return strings.Contains(framesPart(s), want) })
+	if part := framesPart(s); !strings.Contains(part, "the app's hold profile, cumulative since") {
+		t.Errorf("the frames part:\n%s", part)
 	}
 	p.keys("Escape")
 	p.waitFor("the table again", func(s string) bool { return strings.Contains(s, "rows ") && !strings.Contains(s, "tag hog") })

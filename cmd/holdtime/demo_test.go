@@ -50,8 +50,18 @@ func TestDemoTellsTheStory(t *testing.T) {
 	occ := field(hogTag + " occupancy (connections)")
 	before, _ := strconv.ParseFloat(occ[0], 64)
 	after, _ := strconv.ParseFloat(occ[1], 64)
-	if before < 1 || after > before/3 {
+	// The fix removes the idle part of the hog's hold: its occupancy falls,
+	// by how much depends on how slow the statements left are (CI under
+	// load: 4.88 to 2.34, the hold 98 % active after); its idle share goes
+	// from most of the hold to almost none on any machine.
+	if before < 1 || after >= before {
 		t.Errorf("hog occupancy before %.2f, after %.2f: want it to fall", before, after)
+	}
+	idle := field(hogTag + " idle share of hold")
+	idleBefore, _ := strconv.ParseFloat(strings.TrimSuffix(idle[0], "%"), 64)
+	idleAfter, _ := strconv.ParseFloat(strings.TrimSuffix(idle[1], "%"), 64)
+	if idleBefore < 50 || idleAfter > 10 {
+		t.Errorf("hog idle share before %.0f%%, after %.0f%%: want most of the hold idle before the fix, at most 10%% after", idleBefore, idleAfter)
 	}
 	// The sale's speed-up is claimed only when measured; otherwise the
 	// demo says it was not faster, with both figures.

@@ -420,7 +420,7 @@ func (m *topModel) viewFrames(b *strings.Builder) {
 	}
 	fr := m.frames
 	apps := len(m.t.frames.apps)
-	title := "hottest frames: the app's lines that borrowed the connections the tag held"
+	title := "hottest frames: the app's lines that held the tag's connections"
 	if fr.answered > 0 {
 		from := "the app's hold profile"
 		if apps > 1 {
@@ -430,7 +430,7 @@ func (m *topModel) viewFrames(b *strings.Builder) {
 		if len(fr.rates) != 1 || fr.rates[0] != 1 {
 			sampled = "one borrow in " + fr.ratesText() + " sampled: estimates"
 		}
-		title += fmt.Sprintf(" (%s, cumulative since %s; %s)", from, sinceText(fr.since, m.now()), sampled)
+		title += fmt.Sprintf(" (%s since %s; %s)", from, sinceText(fr.since, m.now()), sampled)
 	}
 	printLine(b, w, m.color, cell{title, "1"})
 	for _, f := range fr.failed {

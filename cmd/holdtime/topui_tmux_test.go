@@ -237,7 +237,7 @@ func TestTopConsoleInATerminal(t *testing.T) {
 	}
 	want := shortFrame(fn, file, 0) + " top_test.go:" + line
 	s = p.waitFor("the hog's hottest frame", func(s string) bool { return strings.Contains(framesPart(s), want) })
-	if part := framesPart(s); !strings.Contains(part, "the app's hold profile, cumulative since") {
+	if part := framesPart(s); !strings.Contains(part, "(the app's hold profile since ") {
 		t.Errorf("the frames part:\n%s", part)
 	}
 	p.keys("Escape")

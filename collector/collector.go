@@ -421,6 +421,14 @@ func New(cfg Config) (*Collector, error) {
 		if cfg.OTLP.Metrics {
 			c.metrics = &otlp.MetricsReceiver{Sink: storeSink{c.st, cfg.OTLP.Target, SourceOTLP},
 				MaxTags: cfg.MaxTags, MaxBody: cfg.OTLP.MaxBodyBytes, Started: c.otlp.Started}
+			series := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "holdtime_collector_otlp_metric_series",
+				Help: "Counter series the OTLP metrics receiver remembers (cumulative baselines, about 200 bytes each, " +
+					"at most 100,000; forgotten after 10 minutes unseen).",
+				ConstLabels: prometheus.Labels{"target": cfg.OTLP.Target}}, func() float64 { return float64(c.metrics.Series()) })
+			if err := cfg.Registerer.Register(series); err != nil {
+				c.closeTargets()
+				return nil, fmt.Errorf("register collector metrics: %w: give each Collector its own registry", err)
+			}
 		}
 		if err := cfg.Registerer.Register(newSpanRouterMetrics(c.router, cfg.OTLP.Target)); err != nil {
 			c.closeTargets()

@@ -146,8 +146,8 @@
 //     has exactly one; otherwise, like a span naming an address no target
 //     has, its hint goes nowhere and is counted in
 //     holdtime_collector_spans_unrouted_total (its app-layer figures still
-//     count). conntag's spans do not carry server.address yet: add it with
-//     a span processor on the tracer provider.
+//     count). conntag.Open puts the DSN's address on its hold spans,
+//     conntag.OpenDB takes it with conntag.WithServerAddress.
 //     A push source: waiting until the first export, up while exports
 //     arrive (each advances its last success), waiting again PushIdle after
 //     the last one (an idle app sends nothing; waiting is never stale).
@@ -271,6 +271,9 @@
 //     holdtime_source_last_success_timestamp_seconds{target,source},
 //     holdtime_collector_tags_overflow_total{target,source},
 //     holdtime_collector_malformed_rows_total{target,source}.
+//   - holdtime_collector_otlp_metric_series{target} (with
+//     OTLPConfig.Metrics): the counter series the /v1/metrics receiver
+//     remembers, at most 100,000, forgotten after 10 minutes unseen.
 //
 // DSNs and passwords never appear in errors, logs, metrics or the API.
 package collector

@@ -1,6 +1,7 @@
 package collector
 
 import (
+	"context"
 	"encoding/json"
 	"io"
 	"math"
@@ -9,6 +10,11 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/exporters/otlp/otlpmetric/otlpmetrichttp"
+	otelmetric "go.opentelemetry.io/otel/metric"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 )
 
 // layeredCollector is a collector with an app (OTLP), two ProxySQL
@@ -349,3 +355,47 @@ func TestOTLPMetricsWaitingNamesBoth(t *testing.T) {
 		t.Errorf("no export for %v: %+v; want both paths named", PushIdle, s)
 	}
 }
+
+// TestOTLPMetricSeriesGauge: a collector taking counters on /v1/metrics
+// says on /metrics how many series it remembers, from a real OTLP
+// exporter's exports: one per (tag, counter); without --otlp-metrics there
+// is no such gauge.
+func TestOTLPMetricSeriesGauge(t *testing.T) {
+	c, err := New(Config{OTLP: OTLPConfig{Enabled: true, Metrics: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(c.Handler())
+	defer srv.Close()
+	ctx := context.Background()
+	exp, err := otlpmetrichttp.New(ctx, otlpmetrichttp.WithEndpointURL(srv.URL+"/v1/metrics"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	reader := sdkmetric.NewPeriodicReader(exp, sdkmetric.WithInterval(time.Hour))
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	defer mp.Shutdown(ctx)
+	hold, err := mp.Meter("test").Float64Counter("holdtime.connection.hold_time")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, tag := range []string{"checkout", "search", "refill"} {
+		hold.Add(ctx, float64(i+1), otelmetric.WithAttributes(attribute.String("conn_tag", tag)))
+	}
+	const name = `holdtime_collector_otlp_metric_series{target="app"}`
+	if err := mp.ForceFlush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := gather(t, c); got[name] != 3 {
+		t.Errorf("%s = %v after one export of 3 tags' hold counters, want 3", name, got[name])
+	}
+	plain, err := New(Config{OTLP: OTLPConfig{Enabled: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := gather(t, plain); hasKey(got, name) {
+		t.Errorf("%s without OTLPConfig.Metrics", name)
+	}
+}
+
+func hasKey(m map[string]float64, k string) bool { _, ok := m[k]; return ok }

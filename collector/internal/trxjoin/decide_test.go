@@ -207,6 +207,32 @@ func TestDecide(t *testing.T) {
 			tag: "holder", q: Inferred,
 		},
 		{
+			name: "a backend opened after the earlier read: its only transaction is exact",
+			reads: []Read{
+				rd(0, nil),
+				rd(1, th(7, active(11, 10), begin(10), in(11, stmt(12, "SELECT 1 /* conn_tag:hog */", 20)))),
+			},
+			s: between(true), tag: "hog", q: Exact,
+		},
+		{
+			name: "a backend opened after the earlier read that served another tag first: never that tag, exact",
+			reads: []Read{
+				rd(0, nil),
+				rd(1, th(7, active(21, 20), begin(10), in(11, withTimes(stmt(12, "SELECT 1 /* conn_tag:previous */", 0), 15, 20)),
+					in(11, withTimes(commit(13, 11), 30, 30)), begin(20), in(21, withTimes(stmt(22, "SELECT 2 /* conn_tag:holder */", 0), 40, 45)))),
+			},
+			s: between(true), tag: "holder", q: Inferred,
+		},
+		{
+			name: "a pinned backend opened after the earlier read: its statements name it",
+			reads: []Read{
+				rd(0, nil),
+				rd(1, th(7, nil, Stmt{EventID: 1, EventName: "statement/sql/set_option", Text: "SET NAMES utf8mb4", Done: true, TimerEnd: ps(20)},
+					stmt(2, "SET @v := 1 /* conn_tag:pin */", 30))),
+			},
+			s: between(false), tag: "pin", q: Exact,
+		},
+		{
 			name: "pin with nothing between the reads: the last statement",
 			reads: []Read{
 				rd(0, th(7, committed(3, 2), stmt(1, "SELECT 1 /* conn_tag:previous */", 1), stmt(5, "SET @v := 1 /* conn_tag:pin */", 5))),

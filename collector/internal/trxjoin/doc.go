@@ -54,9 +54,13 @@
 //     mapped to the collector's clock through the later read, picks the last
 //     statement ended before the middle of the sample, and the result is
 //     Inferred. A COMMIT or ROLLBACK names the transaction it ended.
+//   - An earlier read that does not list the backend (one ProxySQL opened
+//     since) rules nothing out: every transaction or statement the later
+//     reads show for the thread is a candidate.
 //   - Unknown: nothing the server shows names a tag (untagged statements,
 //     statements the history rings have dropped, an id the server does not
-//     list, a processlist id reused by another thread). Never guessed.
+//     list after the sample, a processlist id reused by another thread).
+//     Never guessed.
 //
 // Tags are read with conntag.ParseTag, the one tag grammar.
 //

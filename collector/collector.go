@@ -401,19 +401,17 @@ func New(cfg Config) (*Collector, error) {
 		Name: "holdtime_collector_poll_lag_seconds",
 		Help: "How late the last poll of a source started against when it was due (0 on schedule; a failed source is due again at its interval, so its first good poll shows how long it was behind). Near or above an interval the source is falling behind.",
 	}, []string{"target", "source"})
-	for _, m := range []prometheus.Collector{c.pollsLate, c.pollLag} {
-		if err := cfg.Registerer.Register(m); err != nil {
-			c.closeTargets()
-			return nil, fmt.Errorf("register collector metrics: %w: give each Collector its own registry", err)
+	register := func(cs ...prometheus.Collector) error {
+		for _, m := range cs {
+			if err := cfg.Registerer.Register(m); err != nil {
+				c.closeTargets()
+				return fmt.Errorf("register collector metrics: %w: give each Collector its own registry", err)
+			}
 		}
+		return nil
 	}
-	if err := cfg.Registerer.Register(c.pollSeconds); err != nil {
-		c.closeTargets()
-		return nil, fmt.Errorf("register collector metrics: %w: give each Collector its own registry", err)
-	}
-	if err := cfg.Registerer.Register(newMetricsCollector(c.st)); err != nil {
-		c.closeTargets()
-		return nil, fmt.Errorf("register collector metrics: %w: give each Collector its own registry", err)
+	if err := register(c.pollsLate, c.pollLag, c.pollSeconds, newMetricsCollector(c.st)); err != nil {
+		return nil, err
 	}
 	if cfg.OTLP.Enabled {
 		c.otlp = &otlp.Receiver{Sink: storeSink{c.st, cfg.OTLP.Target, SourceOTLP}, Router: c.router,
@@ -425,14 +423,12 @@ func New(cfg Config) (*Collector, error) {
 				Help: "Counter series the OTLP metrics receiver remembers (cumulative baselines, about 200 bytes each, " +
 					"at most 100,000; forgotten after 10 minutes unseen).",
 				ConstLabels: prometheus.Labels{"target": cfg.OTLP.Target}}, func() float64 { return float64(c.metrics.Series()) })
-			if err := cfg.Registerer.Register(series); err != nil {
-				c.closeTargets()
-				return nil, fmt.Errorf("register collector metrics: %w: give each Collector its own registry", err)
+			if err := register(series); err != nil {
+				return nil, err
 			}
 		}
-		if err := cfg.Registerer.Register(newSpanRouterMetrics(c.router, cfg.OTLP.Target)); err != nil {
-			c.closeTargets()
-			return nil, fmt.Errorf("register collector metrics: %w: give each Collector its own registry", err)
+		if err := register(newSpanRouterMetrics(c.router, cfg.OTLP.Target)); err != nil {
+			return nil, err
 		}
 		// Waiting until the first export: up only while spans arrive.
 		c.st.setHeadline(cfg.OTLP.Target, SourceOTLP)

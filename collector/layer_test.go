@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/otlp/otlpmetric/otlpmetrichttp"
 	otelmetric "go.opentelemetry.io/otel/metric"
@@ -399,3 +400,16 @@ func TestOTLPMetricSeriesGauge(t *testing.T) {
 }
 
 func hasKey(m map[string]float64, k string) bool { _, ok := m[k]; return ok }
+
+// TestTwoCollectorsOnOneRegistryFailClearly: the second collector given the
+// same registry says why, and what to do.
+func TestTwoCollectorsOnOneRegistryFailClearly(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	cfg := Config{Registerer: reg, OTLP: OTLPConfig{Enabled: true, Metrics: true}}
+	if _, err := New(cfg); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := New(cfg); err == nil || !strings.Contains(err.Error(), "give each Collector its own registry") {
+		t.Errorf("a second collector on the same registry: %v", err)
+	}
+}

@@ -128,10 +128,11 @@ In the console, Enter on a tag drills into it. With --hold-profile URL (one per 
 instance: the hold profile of an app opened with conntag.WithHoldProfile; the demo and
 flashsale --metrics-listen serve it at /debug/holdtime/profile), the drill-down also
 shows the tag's hottest frames: the app's lines that borrowed the connections the tag
-held, by held seconds (cumulative since the app started), with their idle share and
-the holds open now, summed over the apps, read every 5s in the background; an app that
-is down, slow (3s) or serves something else is named with why. The collector's token
-is never sent to these URLs; credentials in a URL (user:pass@) go to that app only.
+held, by held seconds (cumulative since the app started, and over the last minute),
+with their idle share and the holds open now, summed over the apps, read every 5s in
+the background; an app that is down, slow (3s) or serves something else is named with
+why. The collector's token is never sent to these URLs; credentials in a URL
+(user:pass@) go to that app only.
 
 Polling directly, top waits up to --timeout for every source's first answer; a
 source that refuses the connection or the login, or names an unknown database,

@@ -44,6 +44,11 @@ const (
 	// maxHoldProfileBytes bounds a profile read: conntag's profile is
 	// bounded by its distinct stacks and tags; a larger body is not one.
 	maxHoldProfileBytes = 64 << 20
+	// recentWindow is the span of the drill-down's recent figures: the
+	// difference between the latest read of a profile and the read about
+	// this long before it (the profile is cumulative since the app started,
+	// which in a long-running app buries what changed now).
+	recentWindow = time.Minute
 	// shownFrames is how many frames the drill-down lists by held seconds;
 	// frames with holds open now are listed after them, up to maxFrames.
 	shownFrames = 5
@@ -66,6 +71,19 @@ type frameFetcher struct {
 	apps    []holdProfileApp
 	timeout time.Duration
 	every   time.Duration
+	window  time.Duration // recentWindow
+
+	// reads are each app's earlier profiles, oldest first, for the recent
+	// figures: guarded, since a drill into another tag may read while the
+	// old tag's read is still on its way.
+	mu    sync.Mutex
+	reads map[string][]profileRead
+}
+
+// profileRead is one read of an app's profile.
+type profileRead struct {
+	at   time.Time
+	prof *profile.Profile
 }
 
 // validateHoldProfileURLs checks the --hold-profile values; an error names
@@ -94,7 +112,7 @@ func newFrameFetcher(urls []string, caCert string) (*frameFetcher, error) {
 		return nil, err
 	}
 	hc.Timeout = 0 // each read has its own deadline (frameFetcher.timeout)
-	f := &frameFetcher{hc: hc, timeout: holdProfileTimeout, every: holdProfileEvery}
+	f := &frameFetcher{hc: hc, timeout: holdProfileTimeout, every: holdProfileEvery, window: recentWindow, reads: map[string][]profileRead{}}
 	names := map[string]int{}
 	for _, raw := range urls {
 		u, _ := url.Parse(raw)
@@ -130,7 +148,10 @@ type tagFrames struct {
 	frames []frameFigures // by held seconds, most first
 	total  frameFigures   // the tag's, over every frame
 	since  time.Time      // the earliest profile's start: the figures are cumulative since
-	rates  []int64        // the profiles' sampling rates, distinct
+	// recent is the span of the frames' recent figures (0: not known yet,
+	// on the first read).
+	recent time.Duration
+	rates  []int64 // the profiles' sampling rates, distinct
 	// answered counts the apps whose profile was read; failed are the
 	// others, with why.
 	answered int
@@ -150,6 +171,8 @@ type frameFigures struct {
 	holds          float64
 	open           float64
 	releasedAt     string
+	// recentHeld and recentIdle are held and idle over tagFrames.recent.
+	recentHeld, recentIdle float64
 }
 
 // framesMsg is the answer of one read of the profiles for the drilled tag.
@@ -169,18 +192,62 @@ func (f *frameFetcher) fetch(ctx context.Context, tag string) tagFrames {
 		wg.Go(func() { profs[i], errs[i] = f.read(ctx, app.url) })
 	}
 	wg.Wait()
+	now := time.Now()
 	out := tagFrames{tag: tag}
-	var ok []*profile.Profile
+	var ok, base []*profile.Profile
 	for i, app := range f.apps {
 		if errs[i] != "" {
 			out.failed = append(out.failed, appFailure{app.name, errs[i]})
 			continue
 		}
 		ok = append(ok, profs[i])
+		b, span := f.baseline(app.url, profileRead{at: now, prof: profs[i]})
+		if span <= 0 {
+			out.recent = -1 // an app without an earlier read: no recent figures yet
+		} else if out.recent >= 0 {
+			out.recent = max(out.recent, span)
+			if b != nil {
+				base = append(base, b)
+			}
+		}
 	}
 	out.answered = len(ok)
-	sumFrames(&out, ok)
+	out.recent = max(out.recent, 0)
+	sumFrames(&out, ok, base)
 	return out
+}
+
+// baseline records r, the latest read of app's profile, and returns the
+// read to subtract from it for the recent figures: the latest one at least
+// f.window old, else the oldest, and the span between them (0: no earlier
+// read). Its profile is nil when the app restarted since: everything in r
+// is recent.
+func (f *frameFetcher) baseline(app string, r profileRead) (*profile.Profile, time.Duration) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	reads := f.reads[app]
+	// Reads older than twice the window are dropped: after a while away
+	// from the drill-down, the recent figures start again rather than
+	// span the absence.
+	reads = slices.DeleteFunc(reads, func(old profileRead) bool { return r.at.Sub(old.at) > 2*f.window })
+	var b *profileRead
+	for i := range reads {
+		if b == nil || r.at.Sub(reads[i].at) >= f.window {
+			b = &reads[i]
+		}
+	}
+	// Keep from the baseline on: the next read's baseline is this one or later.
+	if b != nil {
+		reads = reads[slices.IndexFunc(reads, func(x profileRead) bool { return x.at.Equal(b.at) }):]
+	}
+	f.reads[app] = append(slices.Clone(reads), r)
+	if b == nil {
+		return nil, 0
+	}
+	if b.prof.TimeNanos != r.prof.TimeNanos {
+		return nil, r.at.Sub(b.at) // another start: the app restarted since
+	}
+	return b.prof, r.at.Sub(b.at)
 }
 
 // read reads one hold profile, cumulative (no ?seconds=: that would wait),
@@ -259,11 +326,54 @@ func sampleIndex(p *profile.Profile, typ string) int {
 // sumFrames adds up, over profs, the samples of out.tag by their leaf
 // frame: the borrower's own line (conntag leaves database/sql's and the
 // libraries' frames out), as conntag.HottestFrame does.
-func sumFrames(out *tagFrames, profs []*profile.Profile) {
-	type key struct {
-		function, file string
-		line           int64
+func sumFrames(out *tagFrames, profs, base []*profile.Profile) {
+	byFrame, released := frameSums(out, profs)
+	before, _ := frameSums(&tagFrames{tag: out.tag}, base)
+	for k, fr := range byFrame {
+		fr.recentHeld, fr.recentIdle = fr.held, fr.idle
+		if b := before[k]; b != nil {
+			fr.recentHeld, fr.recentIdle = fr.held-b.held, fr.idle-b.idle
+		}
+		var best float64
+		for site, h := range released[k] {
+			if fr.releasedAt == "" || h > best || h == best && site < fr.releasedAt {
+				fr.releasedAt, best = site, h
+			}
+		}
+		out.total.held += fr.held
+		out.total.idle += fr.idle
+		out.total.holds += fr.holds
+		out.total.open += fr.open
+		out.total.recentHeld += fr.recentHeld
+		out.frames = append(out.frames, *fr)
 	}
+	slices.SortFunc(out.frames, func(a, b frameFigures) int {
+		return cmp.Or(cmp.Compare(b.held, a.held), cmp.Compare(b.open, a.open), cmp.Compare(a.function, b.function),
+			cmp.Compare(a.file, b.file), cmp.Compare(a.line, b.line))
+	})
+	// The top frames by held seconds, then those holding connections open
+	// now or held recently that are not among them: a stuck transaction
+	// has no ended hold, and a new path of a long-running app little
+	// cumulative hold.
+	shown := out.frames[:min(shownFrames, len(out.frames))]
+	for _, fr := range out.frames[len(shown):] {
+		if (fr.open > 0 || out.recent > 0 && fr.recentHeld > 0) && len(shown) < maxFrames {
+			shown = append(shown, fr)
+		}
+	}
+	out.frames = shown
+}
+
+type frameKey struct {
+	function, file string
+	line           int64
+}
+
+// frameSums sums the samples of out.tag in profs by leaf frame, with the
+// held seconds of each release site; it notes the profiles' start and
+// rates in out.
+func frameSums(out *tagFrames, profs []*profile.Profile) (map[frameKey]*frameFigures, map[frameKey]map[string]float64) {
+	type key = frameKey
 	byFrame := map[key]*frameFigures{}
 	released := map[key]map[string]float64{}
 	for _, p := range profs {
@@ -305,32 +415,7 @@ func sumFrames(out *tagFrames, profs []*profile.Profile) {
 			}
 		}
 	}
-	for k, fr := range byFrame {
-		var best float64
-		for site, h := range released[k] {
-			if fr.releasedAt == "" || h > best || h == best && site < fr.releasedAt {
-				fr.releasedAt, best = site, h
-			}
-		}
-		out.total.held += fr.held
-		out.total.idle += fr.idle
-		out.total.holds += fr.holds
-		out.total.open += fr.open
-		out.frames = append(out.frames, *fr)
-	}
-	slices.SortFunc(out.frames, func(a, b frameFigures) int {
-		return cmp.Or(cmp.Compare(b.held, a.held), cmp.Compare(b.open, a.open), cmp.Compare(a.function, b.function),
-			cmp.Compare(a.file, b.file), cmp.Compare(a.line, b.line))
-	})
-	// The top frames by held seconds, then those holding connections open
-	// now that are not among them: a stuck transaction has no ended hold.
-	shown := out.frames[:min(shownFrames, len(out.frames))]
-	for _, fr := range out.frames[len(shown):] {
-		if fr.open > 0 && len(shown) < maxFrames {
-			shown = append(shown, fr)
-		}
-	}
-	out.frames = shown
+	return byFrame, released
 }
 
 // sinceText says when a cumulative profile began: the time of day, with
@@ -444,9 +529,18 @@ func (m *topModel) viewFrames(b *strings.Builder) {
 			fr.tag, fr.ratesText())))
 		return
 	}
-	tb := &table{left: map[int]bool{5: true, 6: true}}
-	tb.add(plain("HELD s"), plain("SHARE"), plain("IDLE"), plain("HOLDS"), plain("OPEN s"), plain("BORROWED AT"), plain("GIVEN BACK AT"))
+	tb := &table{left: map[int]bool{6: true, 7: true}}
+	// LAST: held seconds over the recent span, beside the cumulative ones.
+	last := "LAST s"
+	if fr.recent > 0 {
+		last = "LAST " + seconds(fr.recent.Seconds())
+	}
+	tb.add(plain("HELD s"), plain("SHARE"), plain("IDLE"), plain(last), plain("HOLDS"), plain("OPEN s"), plain("BORROWED AT"), plain("GIVEN BACK AT"))
 	for _, f := range fr.frames {
+		recent := "-" // the first read: nothing to subtract yet
+		if fr.recent > 0 {
+			recent = fmt.Sprintf("%.2f", f.recentHeld)
+		}
 		share, idle := "-", "-"
 		if fr.total.held > 0 {
 			share = fmt.Sprintf("%.0f%%", 100*f.held/fr.total.held)
@@ -462,7 +556,7 @@ func (m *topModel) viewFrames(b *strings.Builder) {
 		if f.held > 0 && f.idle/f.held >= wasteIdleShare {
 			idleCell.style = "31" // held mostly outside statements: the waste
 		}
-		tb.add(plain(fmt.Sprintf("%.2f", f.held)), plain(share), idleCell, plain(fmt.Sprintf("%.0f", f.holds)), plain(open),
+		tb.add(plain(fmt.Sprintf("%.2f", f.held)), plain(share), idleCell, plain(recent), plain(fmt.Sprintf("%.0f", f.holds)), plain(open),
 			plain(shortFrame(f.function, f.file, f.line)), plain(cmp.Or(shortSite(f.releasedAt), "-")))
 	}
 	tb.write(b, w, m.color)

@@ -14,6 +14,7 @@ import (
 
 	tea "github.com/charmbracelet/bubbletea"
 	"github.com/go-sql-driver/mysql"
+	"github.com/google/pprof/profile"
 
 	"github.com/holdtime/holdtime/collector"
 	"github.com/holdtime/holdtime/conntag"
@@ -198,6 +199,25 @@ func TestDrillDownHottestFrames(t *testing.T) {
 		}
 		if !strings.Contains(part, "holdForTheHog topframes_test.go:") || !strings.Contains(part, "100%") {
 			t.Errorf("the frame's row lacks the give-back site or its share:\n%s", part)
+		}
+		// The first read has nothing to subtract: no recent figure. One
+		// more hold, and the next read has it, beside the cumulative ones.
+		if top.recentHeld != top.held || m.frames.recent != 0 || !strings.Contains(part, "LAST s") {
+			t.Errorf("the first read has recent figures: %.3f s over %v:\n%s", top.recentHeld, m.frames.recent, part)
+		}
+		if err := holdForTheHog(ctx, dbs[1]); err != nil {
+			t.Fatal(err)
+		}
+		m.framesAsked = m.framesAsked.Add(-m.t.frames.every)
+		runModel(m, m.fetchFrames())
+		again := m.frames.frames[0]
+		if again.holds != 4 || m.frames.recent <= 0 || again.recentHeld < 0.1 || again.recentHeld > again.held-top.held+1e-9 ||
+			again.recentIdle < 0.1 {
+			t.Errorf("after one more hold: %.0f holds, %.3f s held of which %.3f s (%.3f idle) in the last %v; want 4 holds, that hold's 0.1 s and more, idle",
+				again.holds, again.held, again.recentHeld, again.recentIdle, m.frames.recent)
+		}
+		if part := framesPart(m.View()); !strings.Contains(part, "LAST "+seconds(m.frames.recent.Seconds())) {
+			t.Errorf("the recent column's header:\n%s", part)
 		}
 		// The collector's "not known yet" frames note is not shown: top
 		// reads the frames itself.
@@ -385,6 +405,40 @@ func TestHoldProfileNeverGetsTheCollectorsToken(t *testing.T) {
 	for _, bad := range []string{"ftp://ops:pr0f-s3cret@app/x", "http://ops:pr0f-s3cret@app:9480" + holdProfilePath + "?seconds=30", "http://ops:pr0f-s3cret@[::1"} {
 		if err := validateHoldProfileURLs([]string{bad}); err == nil || strings.Contains(err.Error(), "pr0f-s3cret") {
 			t.Errorf("validating %s: %v", bad, err)
+		}
+	}
+}
+
+// TestHoldProfileRecentBaseline: the recent figures subtract the latest
+// read at least a window old (else the oldest), forget reads older than
+// two windows, and count a restarted app's whole profile as recent.
+func TestHoldProfileRecentBaseline(t *testing.T) {
+	f := &frameFetcher{window: time.Minute, reads: map[string][]profileRead{}}
+	t0 := time.Date(2026, 12, 3, 14, 0, 0, 0, time.UTC)
+	started := t0.Add(-time.Hour).UnixNano()
+	read := func(at time.Duration, start int64) profileRead {
+		return profileRead{at: t0.Add(at), prof: &profile.Profile{TimeNanos: start, Period: int64(at / time.Second)}}
+	}
+	for _, c := range []struct {
+		name     string
+		r        profileRead
+		wantFrom int64 // the baseline's Period, the second it was read at; -1: none (nil)
+		wantSpan time.Duration
+	}{
+		{"the first read has none", read(0, started), -1, 0},
+		{"the oldest, younger than the window", read(30*time.Second, started), 0, 30 * time.Second},
+		{"still the oldest", read(59*time.Second, started), 0, 59 * time.Second},
+		{"the latest a window old", read(95*time.Second, started), 30, 65 * time.Second},
+		{"after an absence of over two windows, none", read(300*time.Second, started), -1, 0},
+		{"a restarted app: all of it is recent", read(310*time.Second, t0.Add(305*time.Second).UnixNano()), -1, 10 * time.Second},
+	} {
+		b, span := f.baseline("app", c.r)
+		from := int64(-1)
+		if b != nil {
+			from = b.Period
+		}
+		if from != c.wantFrom || span != c.wantSpan {
+			t.Errorf("%s: baseline read at %ds over %v; want %ds over %v", c.name, from, span, c.wantFrom, c.wantSpan)
 		}
 	}
 }

@@ -233,6 +233,21 @@ func TestDecide(t *testing.T) {
 			s: between(false), tag: "pin", q: Exact,
 		},
 		{
+			// Measured through ProxySQL: an autocommit=0 transaction begun
+			// and committed between two reads, the next one open at the
+			// later read; its first statement is not nested in it.
+			name: "an implicit transaction no read showed open is named by the statement just before it",
+			reads: []Read{
+				rd(0, th(7, nil, stmt(1, "SELECT SLEEP(0.1)", 0))),
+				rd(1, th(7, active(7, 6), stmt(1, "SELECT SLEEP(0.1)", 0),
+					withTimes(Stmt{EventID: 2, EventName: "statement/sql/set_option", Text: "SET autocommit=0", Done: true}, 20, 20),
+					withTimes(stmt(3, "SELECT 1 /* conn_tag:implicit */", 0), 21, 22),
+					withTimes(commit(5, 4), 80, 80),
+					withTimes(stmt(6, "SELECT 2 /* conn_tag:other */", 0), 85, 86))),
+			},
+			s: between(true), tag: "implicit", q: Inferred,
+		},
+		{
 			name: "pin with nothing between the reads: the last statement",
 			reads: []Read{
 				rd(0, th(7, committed(3, 2), stmt(1, "SELECT 1 /* conn_tag:previous */", 1), stmt(5, "SET @v := 1 /* conn_tag:pin */", 5))),

@@ -1,11 +1,13 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"runtime/pprof"
 	"slices"
 	"strings"
@@ -441,4 +443,79 @@ func TestHoldProfileRecentBaseline(t *testing.T) {
 			t.Errorf("%s: baseline read at %ds over %v; want %ds over %v", c.name, from, span, c.wantFrom, c.wantSpan)
 		}
 	}
+}
+
+// hostileHoldProfile is a hold profile an app could serve: its function,
+// file, tag and release site names carry escape codes and line breaks.
+func hostileHoldProfile(tag string) []byte {
+	fn := &profile.Function{ID: 1, Name: "evil\x1b[2J\x1b[31mred.(*T).borrow", Filename: "/src/two\nlines.go"}
+	loc := &profile.Location{ID: 1, Line: []profile.Line{{Function: fn, Line: 7}}}
+	p := &profile.Profile{
+		SampleType: []*profile.ValueType{{Type: "held", Unit: "nanoseconds"}, {Type: "idle_held", Unit: "nanoseconds"},
+			{Type: "holds", Unit: "count"}, {Type: "dial", Unit: "nanoseconds"}, {Type: "held_open", Unit: "nanoseconds"}},
+		PeriodType: &profile.ValueType{Type: "holds", Unit: "count"}, Period: 1, TimeNanos: time.Now().UnixNano(),
+		Function: []*profile.Function{fn}, Location: []*profile.Location{loc},
+		Sample: []*profile.Sample{{Location: []*profile.Location{loc}, Value: []int64{2e9, 1e9, 4, 0, 0},
+			Label: map[string][]string{"conn_tag": {tag}, "released_at": {"evil /src/c1\u009b31mcsi.go:9"}}}},
+	}
+	var b bytes.Buffer
+	if err := p.Write(&b); err != nil {
+		panic(err)
+	}
+	return b.Bytes()
+}
+
+// TestDrillDownFramesEscapeWhatTheAppSends: names in an app's profile reach
+// the terminal with their control characters escaped, not obeyed.
+func TestDrillDownFramesEscapeWhatTheAppSends(t *testing.T) {
+	tag := "hog\x1b]0;title\x07"
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.Write(hostileHoldProfile(tag)) }))
+	defer srv.Close()
+	tc := &topCmd{holdProfiles: []string{srv.URL + holdProfilePath}}
+	if err := tc.startFrames(); err != nil {
+		t.Fatal(err)
+	}
+	m := newTopModel(context.Background(), tc, nil, "collector", true)
+	m.width, m.drill = 0, tag
+	runModel(m, m.fetchFrames())
+	var b strings.Builder
+	m.viewFrames(&b)
+	out := b.String()
+	for _, want := range []string{`evil\x1b[2J\x1b[31mred.(*T).borrow two\nlines.go:7`, `c1\u009b31mcsi.go:9`, "2.00", "50%"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the frames part lacks %q:\n%s", want, out)
+		}
+	}
+	// Only the part's own styles are escape codes: bold titles, red reasons and idle shares.
+	if rest := regexp.MustCompile(`\x1b\[(1|31|0)m`).ReplaceAllString(out, ""); strings.ContainsAny(rest, "\x1b\x07\u009b") {
+		t.Errorf("a control character reaches the terminal: %q", rest)
+	}
+}
+
+// FuzzHoldProfileFrames: whatever an app answers, reading it for the
+// drill-down and drawing it neither panics nor lets a control character
+// through.
+func FuzzHoldProfileFrames(f *testing.F) {
+	f.Add(hostileHoldProfile("hog"), "hog")
+	hp := conntag.NewHoldProfile(1)
+	var real bytes.Buffer
+	hp.WriteTo(&real)
+	f.Add(real.Bytes(), "hog")
+	f.Add([]byte("<html>login</html>"), "hog")
+	f.Fuzz(func(t *testing.T, body []byte, tag string) {
+		prof, err := profile.ParseData(body)
+		if err != nil || sampleIndex(prof, "held") < 0 {
+			return
+		}
+		out := tagFrames{tag: tag, answered: 1}
+		sumFrames(&out, []*profile.Profile{prof}, []*profile.Profile{prof})
+		tc := &topCmd{frames: &frameFetcher{apps: []holdProfileApp{{name: "app"}}}}
+		m := newTopModel(context.Background(), tc, nil, "collector", false)
+		m.width, m.drill, m.frames = 0, tag, &out
+		var b strings.Builder
+		m.viewFrames(&b)
+		if strings.ContainsAny(b.String(), "\x1b\x07\u009b") {
+			t.Errorf("a control character reaches the terminal: %q", b.String())
+		}
+	})
 }

@@ -50,7 +50,8 @@ const (
 	// which in a long-running app buries what changed now).
 	recentWindow = time.Minute
 	// shownFrames is how many frames the drill-down lists by held seconds;
-	// frames with holds open now are listed after them, up to maxFrames.
+	// frames with holds open now, or held within the recent span, are
+	// listed after them, up to maxFrames.
 	shownFrames = 5
 	maxFrames   = 8
 )

@@ -140,7 +140,7 @@ func TestLiveProxySQLJoinUnderLoad(t *testing.T) {
 		// statements' hold is sampled: a 10 ms statement sampled every
 		// 50 ms is seen about one time in five, some 300 hits a round, a
 		// standard error near 5 % (samplingSigma, from the clients' own
-		// hold lengths and the round's real poll interval). A tag is
+		// hold lengths and the round's real poll gaps). A tag is
 		// outside the bound only when it is off by more than both the
 		// percentage and 3.5 sampling sigmas: CI under the burner saw
 		// short_autocommit +14 % over the clients' upper bound with every
@@ -157,6 +157,7 @@ func TestLiveProxySQLJoinUnderLoad(t *testing.T) {
 		pollsBefore, started := polls.count("px", SourceProxySQLProcesslist), time.Now()
 		inner, outer, holds := runSetupsWorkload(t, db, pinDB, issue22Workload, 8*time.Second)
 		interval := time.Since(started) / time.Duration(max(1, polls.count("px", SourceProxySQLProcesslist)-pollsBefore))
+		gaps := polls.gaps("px", SourceProxySQLProcesslist, pollsBefore)
 		waitSettled(t, polls, func() string { h, _ := snapshot(); return fmt.Sprint(h) })
 		after, qAfter := snapshot()
 		if err := tp.ForceFlush(ctx); err != nil {
@@ -200,11 +201,17 @@ func TestLiveProxySQLJoinUnderLoad(t *testing.T) {
 			round, wrong, 100*wrong/sum, unknown, 100*unknown/sum, sum, short, 100*short/sum, fmtHolds(quality))
 		t.Logf("round %d: hold by hold: wrong tag %.2f s (%.1f %%) of %.2f s credited (%.2f s in no client hold); wrong by how the tag was given: %s; unknown by how: %s",
 			round, truth.wrong, 100*truth.wrong/truth.total, truth.total, truth.nohold, fmtHolds(truth.byHow), fmtHolds(truth.unknown))
-		sigmas := map[string]float64{}
+		// z: how many sigmas a tag lies outside the clients' bracket,
+		// logged so that the model can be checked across runs.
+		sigmas, zs := map[string]float64{}, map[string]float64{}
 		for _, tag := range setupTags {
-			sigmas[tag] = samplingSigma(holds[tag], interval)
+			sigmas[tag] = samplingSigma(holds[tag], gaps)
+			if off := got[tag] - min(max(got[tag], inner[tag]), outer[tag]); sigmas[tag] > 0 {
+				zs[tag] = off / sigmas[tag]
+			}
 		}
-		t.Logf("round %d: sampling sigma at a %v poll interval: %s", round, interval.Round(time.Millisecond), fmtHolds(sigmas))
+		t.Logf("round %d: sampling sigma at a %v mean poll interval: %s; z outside the clients' bracket: %s",
+			round, interval.Round(time.Millisecond), fmtHolds(sigmas), fmtHolds(zs))
 		for _, tag := range setupTags {
 			lo, hi := inner[tag], outer[tag]
 			if hi < 1 {

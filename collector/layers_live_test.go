@@ -313,11 +313,12 @@ func warmProxySQL(t *testing.T, px *testenv.ProxySQL) {
 type pollCount struct {
 	mu     sync.Mutex
 	n      map[seriesKey]int
-	change chan struct{} // closed and replaced at every poll
+	at     map[seriesKey][]time.Time // when each successful poll ended
+	change chan struct{}             // closed and replaced at every poll
 }
 
 func countPolls(c *Collector) *pollCount {
-	p := &pollCount{n: map[seriesKey]int{}, change: make(chan struct{})}
+	p := &pollCount{n: map[seriesKey]int{}, at: map[seriesKey][]time.Time{}, change: make(chan struct{})}
 	c.onPoll = func(target string, src Source, err error) {
 		if err != nil {
 			return
@@ -325,6 +326,7 @@ func countPolls(c *Collector) *pollCount {
 		p.mu.Lock()
 		defer p.mu.Unlock()
 		p.n[seriesKey{target, src}]++
+		p.at[seriesKey{target, src}] = append(p.at[seriesKey{target, src}], time.Now())
 		close(p.change)
 		p.change = make(chan struct{})
 	}
@@ -338,8 +340,23 @@ func (p *pollCount) count(target string, src Source) int {
 	return p.n[seriesKey{target, src}]
 }
 
+// gaps are the times between the successful polls of (target, src) from
+// the from-th on (a count): the real sample intervals.
+func (p *pollCount) gaps(target string, src Source, from int) []time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	at := p.at[seriesKey{target, src}]
+	var out []time.Duration
+	for i := max(from, 1); i < len(at); i++ {
+		out = append(out, at[i].Sub(at[i-1]))
+	}
+	return out
+}
+
 // wait waits for n more successful polls of (target, src) than have
-// finished now: polls that read what happened before the call.
+// finished now. The first of them may have been in flight at the call and
+// have read before it: to see what happened before the call, wait for one
+// more than the reads needed.
 func (p *pollCount) wait(t *testing.T, target string, src Source, n int) {
 	t.Helper()
 	p.mu.Lock()

@@ -463,13 +463,26 @@ func runSetupsWorkload(t *testing.T, db, pinDB *sql.DB, w setupsWorkload, dur ti
 }
 
 // samplingSigma is the standard error, in seconds, of a processlist
-// sample's estimate of the hold of holds (their lengths in seconds) when
-// samples come every interval: a hold of length L is seen in floor(L/Δ) or
-// one more samples, each credited Δ, so its estimate's variance is
-// Δ²·f·(1−f) with f the fractional part of L/Δ. Short statements make the
-// error: a 10 ms statement sampled every 50 ms is seen one time in five.
-func samplingSigma(holds []float64, interval time.Duration) float64 {
-	d := interval.Seconds()
+// sample's estimate of the hold of holds (their lengths in seconds), given
+// the real gaps between samples. A hold is credited, per sample that sees
+// it, the gap to the next sample: on a fixed grid of period Δ a hold of
+// length L is seen floor(L/Δ) times or once more, so its estimate's
+// variance is Δ²·f·(1−f), f the fractional part of L/Δ. Gaps that jitter
+// (a loaded machine) weigh the long ones: a hold is likelier to lie in a
+// long gap and is then credited all of it, which the grid's Δ replaced
+// by Σg²/Σg captures (for L under a gap, the variance is L·E[g²]/E[g] − L²).
+// Short statements make the error: a 10 ms statement sampled every 50 ms
+// is seen one time in five.
+func samplingSigma(holds []float64, gaps []time.Duration) float64 {
+	var sum, sq float64
+	for _, g := range gaps {
+		sum += g.Seconds()
+		sq += g.Seconds() * g.Seconds()
+	}
+	if sum == 0 {
+		return 0
+	}
+	d := sq / sum
 	var v float64
 	for _, l := range holds {
 		_, f := math.Modf(l / d)

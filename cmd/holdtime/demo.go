@@ -194,7 +194,9 @@ func (d *demoCmd) run(ctx context.Context) error {
 	defer srv.Shutdown(context.WithoutCancel(ctx))
 	base := "http://" + ln.Addr().String()
 	fmt.Fprintf(d.out, "metrics    %s/metrics   (collector and app)\n", base)
-	fmt.Fprintf(d.out, "live view  holdtime top --collector %s\n", base)
+	// With the hold profile: the drill-down (Enter on a tag) then shows the
+	// tag's hottest frames, the lines that hold its connections.
+	fmt.Fprintf(d.out, "live view  holdtime top --collector %s --hold-profile %s%s\n", base, base, holdProfilePath)
 	hp := serveHoldProfile(mux, 10, d.out, base) // holdprofile.go
 	colCtx, stopCol := context.WithCancel(ctx)
 	colDone := make(chan struct{})

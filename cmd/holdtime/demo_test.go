@@ -50,12 +50,13 @@ func TestDemoTellsTheStory(t *testing.T) {
 	occ := field(hogTag + " occupancy (connections)")
 	before, _ := strconv.ParseFloat(occ[0], 64)
 	after, _ := strconv.ParseFloat(occ[1], 64)
-	// The fix removes the idle part of the hog's hold: its occupancy falls,
-	// by how much depends on how slow the statements left are (CI under
-	// load: 4.88 to 2.34, the hold 98 % active after); its idle share goes
-	// from most of the hold to almost none on any machine.
-	if before < 1 || after >= before {
-		t.Errorf("hog occupancy before %.2f, after %.2f: want it to fall", before, after)
+	// The fix removes the idle part of the hog's hold: its occupancy falls
+	// by a fifth at least, by how much more depends on how slow the
+	// statements left are (CI under load: 4.88 to 2.34, the hold 98 %
+	// active after); its idle share goes from most of the hold to almost
+	// none on any machine.
+	if before < 1 || after > 0.8*before {
+		t.Errorf("hog occupancy before %.2f, after %.2f: want it to fall by a fifth at least", before, after)
 	}
 	idle := field(hogTag + " idle share of hold")
 	idleBefore, _ := strconv.ParseFloat(strings.TrimSuffix(idle[0], "%"), 64)

@@ -101,8 +101,9 @@ oversells or undersells, the engine does neither.
 counting mismatches; --migrate moves --shops shops through the stages (redis, shadow,
 mysql, lowest-volume shops first) during the sale, flips the kill switch on and off, and
 prints per phase the throughput and the mismatches, then the books of every
-reservation's source of truth. Without --stock it stocks 9/10 of --buyers, so every
-stage sells and the sale sells out in the last ones, the shops split across both systems. With --metrics-listen the kill switch is also at
+reservation's source of truth. Without --stock it stocks 9/10 of --buyers evenly over
+the shops: with one shop every stage sells and the sale sells out in the last ones, the
+shop moved across both systems (with more shops the busiest sells out earlier). With --metrics-listen the kill switch is also at
 /killswitch (holdtime killswitch).
 
 --compare runs the engine (skip_locked) and the baselines (for_update, counter) with
@@ -259,11 +260,12 @@ func (f *flashsaleCmd) config() (flashsale.Config, []reservation.Strategy, error
 		}
 	}
 	if f.migrate && !f.stockSet {
-		// Every stage sells, and the sale sells out in the last ones, with
-		// the shops split across Redis and MySQL: the case where a unit
-		// could be sold twice. With 100 units for 1,000 buyers it sold out
-		// in its first stage, still all Redis, and the later stages had
-		// nothing to move.
+		// With one shop every stage sells, and the sale sells out in the
+		// last ones, the shop moved across Redis and MySQL: the case where
+		// a unit could be sold twice. (Shops' volumes rise 1:2:…:n on equal
+		// stock: with more, the busiest sells out earlier.) With 100 units
+		// for 1,000 buyers it sold out in its first stage, still all
+		// Redis, and the later stages had nothing to move.
 		f.stock = max(1, int64(f.buyers)*9/10/int64(f.items*f.locations*f.shops))
 		cfg.Stock = f.stock
 	}

@@ -185,7 +185,7 @@ a ';' goes on the command line instead.`,
 	f.StringVar(&t.color, "color", "auto", "colour: auto (on a terminal), always, never")
 	f.StringVar(&t.token, "token", "", "bearer token of a collector run with --token (better: HOLDTIME_TOKEN); never sent to --prometheus")
 	f.StringVar(&t.promToken, "prometheus-token", "", "bearer token of --prometheus (better: HOLDTIME_PROMETHEUS_TOKEN); send it over https off loopback")
-	f.StringVar(&t.caCert, "ca-cert", "", "PEM certificate(s) to trust for an https collector or Prometheus, besides the system's (a self-signed one)")
+	f.StringVar(&t.caCert, "ca-cert", "", "PEM certificate(s) to trust for an https collector, Prometheus or --hold-profile app, besides the system's (a self-signed one)")
 	f.SetAnnotation("proxysql", dsnAnnotation, []string{"optional-name"})
 	f.SetAnnotation("mysql", dsnAnnotation, []string{"optional-name"})
 	return cmd
@@ -231,6 +231,12 @@ func (t *topCmd) validate() error {
 		}
 		t.holdProfiles = nil // from the environment, for live use
 	}
+	if (t.once || t.jsonOut) && len(t.holdProfiles) > 0 {
+		if t.holdProfileFlag {
+			return errors.New("--hold-profile feeds the console's drill-down: --once and --json print the table only (drop --hold-profile)")
+		}
+		t.holdProfiles = nil // from the environment, for the console
+	}
 	if err := validateHoldProfileURLs(t.holdProfiles); err != nil {
 		return err
 	}
@@ -242,10 +248,15 @@ func (t *topCmd) validate() error {
 	}
 	if len(t.proxysqlDSNs)+len(t.mysqlDSNs) > 0 {
 		sources++
-		if t.tokenFlag || t.caFlag {
-			return errors.New("--token and --ca-cert are for --collector: polling directly needs neither")
+		// --ca-cert also serves an https --hold-profile.
+		httpsApp := anyHTTPS(t.holdProfiles)
+		if t.tokenFlag || t.caFlag && !httpsApp {
+			return errors.New("--token and --ca-cert are for --collector (--ca-cert also for an https --hold-profile): polling directly needs neither")
 		}
-		t.token, t.caCert = "", ""
+		t.token = ""
+		if !httpsApp {
+			t.caCert = ""
+		}
 	}
 	switch {
 	case sources == 0:

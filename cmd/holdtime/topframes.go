@@ -97,12 +97,33 @@ func validateHoldProfileURLs(urls []string) error {
 			// url.Parse's message quotes the URL, password included.
 			return errors.New("--hold-profile: a value given is not a URL: give the app's profile URL such as http://127.0.0.1:9480" + holdProfilePath)
 		case u.Scheme != "http" && u.Scheme != "https" || u.Host == "":
-			return fmt.Errorf("--hold-profile %s is not an http(s) URL such as http://127.0.0.1:9480%s", u.Redacted(), holdProfilePath)
+			return fmt.Errorf("--hold-profile %s is not an http(s) URL such as http://127.0.0.1:9480%s", shownURL(u), holdProfilePath)
 		case u.Query().Has("seconds"):
-			return fmt.Errorf("--hold-profile %s: drop ?seconds=: top reads the cumulative profile, and a ?seconds=N read waits N seconds", u.Redacted())
+			return fmt.Errorf("--hold-profile %s: drop ?seconds=: top reads the cumulative profile, and a ?seconds=N read waits N seconds", shownURL(u))
 		}
 	}
 	return nil
+}
+
+// shownURL is u for a message: scheme, host and path, without the user
+// information or the query, either of which may carry a secret (an app
+// served behind ?token=...).
+func shownURL(u *url.URL) string {
+	if u.Scheme == "" && u.Host == "" {
+		return u.Path
+	}
+	return u.Scheme + "://" + u.Host + u.Path
+}
+
+// anyHTTPS reports whether one of the profile URLs is https: --ca-cert
+// then also serves them.
+func anyHTTPS(urls []string) bool {
+	for _, raw := range urls {
+		if u, err := url.Parse(raw); err == nil && u.Scheme == "https" {
+			return true
+		}
+	}
+	return false
 }
 
 // newFrameFetcher prepares reads of the profiles at urls (validated),
@@ -188,12 +209,18 @@ type framesMsg struct {
 func (f *frameFetcher) fetch(ctx context.Context, tag string) tagFrames {
 	profs := make([]*profile.Profile, len(f.apps))
 	errs := make([]string, len(f.apps))
+	// Each read is dated when it ended, not when the slowest app answered
+	// (up to f.timeout later): the recent figures are the difference of
+	// two reads of one app, over the time between them.
+	ats := make([]time.Time, len(f.apps))
 	var wg sync.WaitGroup
 	for i, app := range f.apps {
-		wg.Go(func() { profs[i], errs[i] = f.read(ctx, app.url) })
+		wg.Go(func() {
+			profs[i], errs[i] = f.read(ctx, app.url)
+			ats[i] = time.Now()
+		})
 	}
 	wg.Wait()
-	now := time.Now()
 	out := tagFrames{tag: tag}
 	var ok, base []*profile.Profile
 	for i, app := range f.apps {
@@ -202,7 +229,7 @@ func (f *frameFetcher) fetch(ctx context.Context, tag string) tagFrames {
 			continue
 		}
 		ok = append(ok, profs[i])
-		b, span := f.baseline(app.url, profileRead{at: now, prof: profs[i]})
+		b, span := f.baseline(app.url, profileRead{at: ats[i], prof: profs[i]})
 		if span <= 0 {
 			out.recent = -1 // an app without an earlier read: no recent figures yet
 		} else if out.recent >= 0 {

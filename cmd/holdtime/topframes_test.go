@@ -4,9 +4,12 @@ import (
 	"bytes"
 	"context"
 	"database/sql"
+	"encoding/pem"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"regexp"
 	"runtime/pprof"
 	"slices"
@@ -518,4 +521,55 @@ func FuzzHoldProfileFrames(f *testing.F) {
 			t.Errorf("a control character reaches the terminal: %q", b.String())
 		}
 	})
+}
+
+// TestHoldProfileFlagChecks: --hold-profile feeds the console only (--once
+// and --json refuse it from the flag, ignore it from the environment);
+// --ca-cert is kept for an https app when polling directly, and the app's
+// certificate is then trusted; messages show no query string, which may
+// carry an app's token.
+func TestHoldProfileFlagChecks(t *testing.T) {
+	base := func() *topCmd {
+		return &topCmd{window: "10s", layer: collector.LayerMax, sortKey: "occupancy", interval: time.Second,
+			timeout: time.Second, color: "never", mysqlDSNs: []string{"mon:pw@tcp(127.0.0.1:3306)/"}}
+	}
+	tc := base()
+	tc.once, tc.holdProfiles, tc.holdProfileFlag = true, []string{"http://app:9480" + holdProfilePath}, true
+	if err := tc.validate(); err == nil || !strings.Contains(err.Error(), "--once and --json print the table only") {
+		t.Errorf("--once --hold-profile: %v", err)
+	}
+	tc = base()
+	tc.jsonOut, tc.holdProfiles = true, []string{"http://app:9480" + holdProfilePath}
+	if err := tc.validate(); err != nil || tc.holdProfiles != nil {
+		t.Errorf("--json with HOLDTIME_HOLD_PROFILE: %v, %v", err, tc.holdProfiles)
+	}
+	for _, raw := range []string{"ftp://app/p?token=t0ken-s3cret", "http://app:9480/p?seconds=30&token=t0ken-s3cret"} {
+		if err := validateHoldProfileURLs([]string{raw}); err == nil || strings.Contains(err.Error(), "t0ken-s3cret") {
+			t.Errorf("%s: %v", raw, err)
+		}
+	}
+
+	app := httptest.NewTLSServer(http.NotFoundHandler())
+	defer app.Close()
+	ca := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: app.Certificate().Raw}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tc = base()
+	tc.caCert, tc.caFlag, tc.holdProfiles = ca, true, []string{app.URL + holdProfilePath}
+	if err := tc.validate(); err != nil || tc.caCert != ca {
+		t.Fatalf("--mysql with --ca-cert for an https --hold-profile: %v (ca %q)", err, tc.caCert)
+	}
+	if err := tc.startFrames(); err != nil {
+		t.Fatal(err)
+	}
+	f := tc.frames.fetch(context.Background(), "hog")
+	if len(f.failed) != 1 || !strings.Contains(f.failed[0].reason, "404") {
+		t.Errorf("the https app with its CA trusted: %+v; want it reached (a 404)", f.failed)
+	}
+	tc = base()
+	tc.caCert, tc.caFlag, tc.holdProfiles = ca, true, []string{"http://app:9480" + holdProfilePath}
+	if err := tc.validate(); err == nil || !strings.Contains(err.Error(), "polling directly needs neither") {
+		t.Errorf("--mysql with --ca-cert and only an http app: %v", err)
+	}
 }

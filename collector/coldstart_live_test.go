@@ -8,10 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-sql-driver/mysql"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
-
 	"github.com/holdtime/holdtime/conntag"
 	"github.com/holdtime/holdtime/testenv"
 )
@@ -24,43 +20,12 @@ import (
 func TestLiveJoinNamesAFreshBackendsFirstIdleTransaction(t *testing.T) {
 	skipTimingUnderRace(t)
 	testenv.RequireProxySQL(t)
-	d := testenv.NewDatabase(t)
-	ctx := context.Background()
-	if _, err := d.Open(t).ExecContext(ctx, "CREATE TABLE carts (id INT PRIMARY KEY)"); err != nil {
-		t.Fatal(err)
-	}
 	// No warm-up: ProxySQL opens a backend for each transaction below.
-	px, err := testenv.StartProxySQL(ctx, testenv.ProxySQLOptions{Backend: d.Target, Schema: d.Name})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { px.Close() })
-	c, err := New(Config{
-		ProxySQL: []ProxySQLConfig{{Name: "px", DSN: px.AdminDSN(), ProcesslistInterval: 50 * time.Millisecond, TagGrace: time.Second}},
-		MySQL:    []MySQLConfig{{Name: "db", DSN: d.Target.Config("").FormatDSN(), Interval: 250 * time.Millisecond, LocksInterval: -1}},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	polls := countPolls(c)
-	credits := &creditLog{}
-	c.proxies[0].sessions.onCredit = credits.add
-	spans := tracetest.NewInMemoryExporter()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans))
-	t.Cleanup(func() { tp.Shutdown(context.Background()) })
-	rctx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- c.Run(rctx) }()
-	t.Cleanup(func() { stop(); <-done })
-	polls.wait(t, "db", SourceMySQL, 2)
-	polls.wait(t, "px", SourceProxySQLProcesslist, 2)
-
-	connector, err := mysql.NewConnector(px.AppConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	db := conntag.OpenDB(connector, conntag.WithTracerProvider(tp), conntag.WithSessionID(), conntag.WithoutMetrics())
-	t.Cleanup(func() { db.Close() })
+	d, px := cartsBehindProxySQL(t)
+	ctx := context.Background()
+	h := startJoinHarness(t, joinConfig(px, d.Target.Config("").FormatDSN()), false)
+	polls := h.polls
+	db := h.openApp(t, px)
 	const n = 8
 	db.SetMaxOpenConns(n)
 	db.SetMaxIdleConns(n)
@@ -71,9 +36,11 @@ func TestLiveJoinNamesAFreshBackendsFirstIdleTransaction(t *testing.T) {
 	polls.wait(t, "db", SourceMySQL, 1)
 	conns := make([]*sql.Conn, n)
 	for i := range conns {
-		if conns[i], err = db.Conn(ctx); err != nil {
+		conn, err := db.Conn(ctx)
+		if err != nil {
 			t.Fatal(err)
 		}
+		conns[i] = conn
 	}
 	tags := make([]string, n)
 	var wg sync.WaitGroup
@@ -98,20 +65,7 @@ func TestLiveJoinNamesAFreshBackendsFirstIdleTransaction(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	// Settled: every run decided (the join waits for a read after it).
-	state := func() string {
-		credits.mu.Lock()
-		defer credits.mu.Unlock()
-		return fmt.Sprint(len(credits.cs))
-	}
-	waitSettled(t, polls, state)
-	truth := credits.judge(spans.GetSpans())
-	byHow := map[string]float64{}
-	credits.mu.Lock()
-	for _, cr := range credits.cs {
-		byHow[cr.how] += cr.hold
-	}
-	credits.mu.Unlock()
+	truth, byHow := h.settleAndJudge(t)
 	t.Logf("credited %.2f s (wrong tag %.2f s); by how: %s; unknown by how: %s", truth.total, truth.wrong, fmtHolds(byHow), fmtHolds(truth.unknown))
 	var unknown float64
 	for _, v := range truth.unknown {

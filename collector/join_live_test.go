@@ -59,30 +59,16 @@ func TestLiveProxySQLJoinUnderLoad(t *testing.T) {
 	warmProxySQL(t, px)
 	stopBurners := startBurners(t, 2)
 
-	c, err := New(Config{
-		ProxySQL: []ProxySQLConfig{{Name: "px", DSN: px.AdminDSN(), ClientAddress: px.AppAddr,
-			ProcesslistInterval: 50 * time.Millisecond, TagGrace: 2 * time.Second, DigestInterval: time.Second}},
-		MySQL: []MySQLConfig{{Name: "db", DSN: d.Target.Config("").FormatDSN(), Interval: 250 * time.Millisecond}},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	polls := countPolls(c)
 	// The truth, hold by hold: every client hold span names its tag and
 	// its ProxySQL session; every credit of the sampler names its session
 	// and samples. A credit whose samples fall in a client hold of another
 	// tag went to a wrong tag.
-	credits := &creditLog{}
-	c.proxies[0].sessions.onCredit = credits.add
-	spans := tracetest.NewInMemoryExporter()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(spans))
-	t.Cleanup(func() { tp.Shutdown(context.Background()) })
-	rctx, stop := context.WithCancel(ctx)
-	done := make(chan error)
-	go func() { done <- c.Run(rctx) }()
-	t.Cleanup(func() { stop(); <-done })
-	polls.wait(t, "db", SourceMySQL, 2)
-	polls.wait(t, "px", SourceProxySQLProcesslist, 2)
+	h := startJoinHarness(t, Config{
+		ProxySQL: []ProxySQLConfig{{Name: "px", DSN: px.AdminDSN(), ClientAddress: px.AppAddr,
+			ProcesslistInterval: 50 * time.Millisecond, TagGrace: 2 * time.Second, DigestInterval: time.Second}},
+		MySQL: []MySQLConfig{{Name: "db", DSN: d.Target.Config("").FormatDSN(), Interval: 250 * time.Millisecond}},
+	}, true)
+	c, polls, credits, spans, tp := h.c, h.polls, h.credits, h.spans, h.tp
 	// A warm pool, as in a running system: the backends the workload
 	// needs exist before round 1. (The join reads a backend from the first
 	// MySQL poll that lists it; the read before a backend ProxySQL opens
@@ -106,12 +92,7 @@ func TestLiveProxySQLJoinUnderLoad(t *testing.T) {
 	warm.Close()
 
 	open := func(maxIdle int) *sql.DB {
-		connector, err := mysql.NewConnector(px.AppConfig())
-		if err != nil {
-			t.Fatal(err)
-		}
-		db := conntag.OpenDB(connector, conntag.WithTracerProvider(tp), conntag.WithSessionID(), conntag.WithoutMetrics())
-		t.Cleanup(func() { db.Close() })
+		db := h.openApp(t, px)
 		db.SetMaxOpenConns(20)
 		db.SetMaxIdleConns(maxIdle)
 		return db
@@ -299,6 +280,17 @@ func (l *creditLog) reset() {
 	l.mu.Unlock()
 }
 
+// byHow is the hold credited so far by how the tag was given.
+func (l *creditLog) byHow() map[string]float64 {
+	out := map[string]float64{}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, c := range l.cs {
+		out[c.how] += c.hold
+	}
+	return out
+}
+
 // creditTruth is how the credits compare with the clients' holds.
 type creditTruth struct {
 	total, wrong, nohold float64
@@ -359,6 +351,101 @@ func (l *creditLog) judge(spans tracetest.SpanStubs) creditTruth {
 		}
 	}
 	return ct
+}
+
+// joinHarness is a running collector whose first ProxySQL source logs
+// every credit, and the clients' truth: a tracer provider whose hold spans
+// (conntag's, with the ProxySQL session id) land in spans.
+type joinHarness struct {
+	c       *Collector
+	polls   *pollCount
+	credits *creditLog
+	spans   *tracetest.InMemoryExporter
+	tp      *sdktrace.TracerProvider
+}
+
+// cartsBehindProxySQL is a database with an empty carts table and a
+// ProxySQL in front of it, its backends not opened yet.
+func cartsBehindProxySQL(t *testing.T) (*testenv.Database, *testenv.ProxySQL) {
+	t.Helper()
+	d := testenv.NewDatabase(t)
+	ctx := context.Background()
+	if _, err := d.Open(t).ExecContext(ctx, "CREATE TABLE carts (id INT PRIMARY KEY)"); err != nil {
+		t.Fatal(err)
+	}
+	px, err := testenv.StartProxySQL(ctx, testenv.ProxySQLOptions{Backend: d.Target, Schema: d.Name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { px.Close() })
+	return d, px
+}
+
+// joinConfig is the collector of the join tests: ProxySQL px's
+// processlist sampled every 50 ms (tag grace 1 s), the MySQL server at
+// mysqlDSN read every 250 ms, without its lock reads.
+func joinConfig(px *testenv.ProxySQL, mysqlDSN string) Config {
+	return Config{
+		ProxySQL: []ProxySQLConfig{{Name: "px", DSN: px.AdminDSN(), ProcesslistInterval: 50 * time.Millisecond, TagGrace: time.Second}},
+		MySQL:    []MySQLConfig{{Name: "db", DSN: mysqlDSN, Interval: 250 * time.Millisecond, LocksInterval: -1}},
+	}
+}
+
+// startJoinHarness runs a collector made from cfg (its ProxySQL named
+// "px", its MySQL "db") until the test ends, and returns once each has
+// polled twice. batch exports the hold spans in batches (flushed by
+// settleAndJudge) rather than as each ends.
+func startJoinHarness(t *testing.T, cfg Config, batch bool) *joinHarness {
+	t.Helper()
+	c, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &joinHarness{c: c, polls: countPolls(c), credits: &creditLog{}, spans: tracetest.NewInMemoryExporter()}
+	c.proxies[0].sessions.onCredit = h.credits.add
+	export := sdktrace.WithSyncer(h.spans)
+	if batch {
+		export = sdktrace.WithBatcher(h.spans)
+	}
+	h.tp = sdktrace.NewTracerProvider(export)
+	t.Cleanup(func() { h.tp.Shutdown(context.Background()) })
+	rctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(rctx) }()
+	t.Cleanup(func() { stop(); <-done })
+	h.polls.wait(t, "db", SourceMySQL, 2)
+	h.polls.wait(t, "px", SourceProxySQLProcesslist, 2)
+	return h
+}
+
+// openApp is a conntag client through ProxySQL px whose hold spans name
+// their ProxySQL session and go to the harness's spans; closed when the
+// test ends.
+func (h *joinHarness) openApp(t *testing.T, px *testenv.ProxySQL) *sql.DB {
+	t.Helper()
+	connector, err := mysql.NewConnector(px.AppConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := conntag.OpenDB(connector, conntag.WithTracerProvider(h.tp), conntag.WithSessionID(), conntag.WithoutMetrics())
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+// settleAndJudge waits until the credits stop coming (every run decided:
+// the join waits for a read after it), then judges them against the hold
+// spans; byHow is all the hold credited, by how the tag was given.
+func (h *joinHarness) settleAndJudge(t *testing.T) (_ creditTruth, byHow map[string]float64) {
+	t.Helper()
+	waitSettled(t, h.polls, func() string {
+		h.credits.mu.Lock()
+		defer h.credits.mu.Unlock()
+		return fmt.Sprint(len(h.credits.cs))
+	})
+	if err := h.tp.ForceFlush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return h.credits.judge(h.spans.GetSpans()), h.credits.byHow()
 }
 
 // joinQualities is the proxy↔server join's hold by quality, when the

@@ -3,7 +3,6 @@ package collector
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"io"
 	"net"
 	"strings"
@@ -11,10 +10,6 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/go-sql-driver/mysql"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/holdtime/holdtime/conntag"
 	"github.com/holdtime/holdtime/testenv"
@@ -98,16 +93,8 @@ func (c *joinReadCutter) relay(client, server net.Conn) {
 func TestLiveJoinReadConnectionDiesMidRun(t *testing.T) {
 	skipTimingUnderRace(t)
 	testenv.RequireProxySQL(t)
-	d := testenv.NewDatabase(t)
+	d, px := cartsBehindProxySQL(t)
 	ctx := context.Background()
-	if _, err := d.Open(t).ExecContext(ctx, "CREATE TABLE carts (id INT PRIMARY KEY)"); err != nil {
-		t.Fatal(err)
-	}
-	px, err := testenv.StartProxySQL(ctx, testenv.ProxySQLOptions{Backend: d.Target, Schema: d.Name})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { px.Close() })
 	warmProxySQL(t, px)
 	mon, err := d.Target.CreateMonitor(ctx, t.Name())
 	if err != nil {
@@ -116,32 +103,9 @@ func TestLiveJoinReadConnectionDiesMidRun(t *testing.T) {
 	cut := newJoinReadCutter(t, mon.Addr)
 	mon.Addr = cut.l.Addr().String()
 	dsn := mon.FormatDSN()
-	c, err := New(Config{
-		ProxySQL: []ProxySQLConfig{{Name: "px", DSN: px.AdminDSN(), ProcesslistInterval: 50 * time.Millisecond, TagGrace: time.Second}},
-		MySQL:    []MySQLConfig{{Name: "db", DSN: dsn, Interval: 250 * time.Millisecond, LocksInterval: -1}},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	polls := countPolls(c)
-	credits := &creditLog{}
-	c.proxies[0].sessions.onCredit = credits.add
-	spans := tracetest.NewInMemoryExporter()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans))
-	t.Cleanup(func() { tp.Shutdown(context.Background()) })
-	rctx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- c.Run(rctx) }()
-	t.Cleanup(func() { stop(); <-done })
-	polls.wait(t, "db", SourceMySQL, 2)
-	polls.wait(t, "px", SourceProxySQLProcesslist, 2)
-
-	connector, err := mysql.NewConnector(px.AppConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	db := conntag.OpenDB(connector, conntag.WithTracerProvider(tp), conntag.WithSessionID(), conntag.WithoutMetrics())
-	t.Cleanup(func() { db.Close() })
+	h := startJoinHarness(t, joinConfig(px, dsn), false)
+	c, polls := h.c, h.polls
+	db := h.openApp(t, px)
 	// Two tags on the same backends: a hold named from the wrong reads
 	// would go to the other tag.
 	work := func(stopAt <-chan struct{}) *sync.WaitGroup {
@@ -232,18 +196,7 @@ func TestLiveJoinReadConnectionDiesMidRun(t *testing.T) {
 	polls.wait(t, "db", SourceMySQL, 6)
 	close(stopWork)
 	wg.Wait()
-	waitSettled(t, polls, func() string {
-		credits.mu.Lock()
-		defer credits.mu.Unlock()
-		return fmt.Sprint(len(credits.cs))
-	})
-	truth := credits.judge(spans.GetSpans())
-	byHow := map[string]float64{}
-	credits.mu.Lock()
-	for _, cr := range credits.cs {
-		byHow[cr.how] += cr.hold
-	}
-	credits.mu.Unlock()
+	truth, byHow := h.settleAndJudge(t)
 	t.Logf("credited %.2f s; by how: %s; wrong tag %.2f s, by how: %s", truth.total, fmtHolds(byHow), truth.wrong, fmtHolds(truth.byHow))
 	if truth.byHow["join_exact"] > 0 {
 		t.Errorf("%.2f s named exactly to a wrong tag", truth.byHow["join_exact"])

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"maps"
 	"os/exec"
 	"slices"
 	"sync"
@@ -16,6 +17,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
+	"github.com/holdtime/holdtime/collector/internal/trxjoin"
 	"github.com/holdtime/holdtime/conntag"
 	"github.com/holdtime/holdtime/testenv"
 )
@@ -360,8 +362,41 @@ type joinHarness struct {
 	c       *Collector
 	polls   *pollCount
 	credits *creditLog
+	joins   *joinLog
 	spans   *tracetest.InMemoryExporter
 	tp      *sdktrace.TracerProvider
+}
+
+// joinLog keeps the reasons of the proxy↔server join's answers.
+type joinLog struct {
+	mu      sync.Mutex
+	reasons map[string]int
+}
+
+func (l *joinLog) add(_ int64, r trxjoin.Result) {
+	l.mu.Lock()
+	l.reasons[r.Reason]++
+	l.mu.Unlock()
+}
+
+// snapshot is the answers' count by reason.
+func (l *joinLog) snapshot() map[string]int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return maps.Clone(l.reasons)
+}
+
+// count is the number of answers whose reason matches.
+func (l *joinLog) count(match func(reason string) bool) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for r, k := range l.reasons {
+		if match(r) {
+			n += k
+		}
+	}
+	return n
 }
 
 // cartsBehindProxySQL is a database with an empty carts table and a
@@ -401,8 +436,10 @@ func startJoinHarness(t *testing.T, cfg Config, batch bool) *joinHarness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := &joinHarness{c: c, polls: countPolls(c), credits: &creditLog{}, spans: tracetest.NewInMemoryExporter()}
+	h := &joinHarness{c: c, polls: countPolls(c), credits: &creditLog{}, joins: &joinLog{reasons: map[string]int{}},
+		spans: tracetest.NewInMemoryExporter()}
 	c.proxies[0].sessions.onCredit = h.credits.add
+	c.proxies[0].sessions.onJoin = h.joins.add
 	export := sdktrace.WithSyncer(h.spans)
 	if batch {
 		export = sdktrace.WithBatcher(h.spans)

@@ -184,6 +184,9 @@ type proxysqlSessions struct {
 	// "sample" (the sample showed the tag), "join_exact", "join_inferred",
 	// "join_unknown" (the server join's answer) or "other".
 	onCredit func(session int64, first, end time.Time, tag string, hold float64, how string)
+	// onJoin, when set (tests), sees every answer of the proxy↔server join
+	// that decided a run of session (pending answers are asked again).
+	onJoin func(session int64, r trxjoin.Result)
 }
 
 // sessionHint is what an app hold span says of a session (source.Hint).
@@ -656,6 +659,9 @@ func (p *proxysqlSessions) resolveJoined(id int64) {
 			}
 			if pu.joinPending = r.Pending && p.lastAt.Sub(pu.last) < joinPendingMax; pu.joinPending {
 				break // asked again after the next read
+			}
+			if p.onJoin != nil {
+				p.onJoin(id, r)
 			}
 			q := r.Quality
 			if r.Pending {

@@ -65,9 +65,16 @@ type Result struct {
 	// sampled transaction has not run a tagged statement yet; ask again
 	// after the next read.
 	Pending bool
-	// Reason says, in a few words, which rule gave the result.
+	// Reason says, in a few words, which rule gave the result; it ends
+	// in EarlierReadUnlisted when the bracketing reads decided and the
+	// earlier one does not list the backend.
 	Reason string
 }
+
+// EarlierReadUnlisted ends the Reason of a Result the bracketing reads
+// gave although the earlier one does not list the backend (one ProxySQL
+// opened since): what tells that case from the others in a test.
+const EarlierReadUnlisted = "the earlier read does not list the backend"
 
 // Decide names the holder of a sampled backend from reads of the server
 // behind it. reads are this server's reads in the order they were made
@@ -118,12 +125,18 @@ func Decide(reads []Read, s Sample) Result {
 		return Result{Reason: "the processlist id belongs to another thread in the later read"}
 	}
 	j := newJudge(reads, s.Backend, ta.ThreadID)
+	var r Result
+	ok := false
 	if s.InTrx {
-		if r, ok := j.trx(bi, ai, s); ok {
-			return r
-		}
+		r, ok = j.trx(bi, ai, s)
 	}
-	return j.pin(bi, ai, s)
+	if !ok {
+		r = j.pin(bi, ai, s)
+	}
+	if tb == nil {
+		r.Reason += "; " + EarlierReadUnlisted
+	}
+	return r
 }
 
 // inside applies the strongest rule: a read made entirely within the

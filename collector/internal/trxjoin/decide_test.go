@@ -1,6 +1,7 @@
 package trxjoin
 
 import (
+	"strings"
 	"testing"
 	"time"
 )
@@ -84,6 +85,9 @@ func TestDecide(t *testing.T) {
 		tag     string
 		q       Quality
 		pending bool
+		// unlisted: the bracketing reads decided, the earlier one not
+		// listing the backend (EarlierReadUnlisted ends the reason).
+		unlisted bool
 	}{
 		{
 			name: "transaction open with one EVENT_ID in both bracketing reads",
@@ -212,7 +216,7 @@ func TestDecide(t *testing.T) {
 				rd(0, nil),
 				rd(1, th(7, active(11, 10), begin(10), in(11, stmt(12, "SELECT 1 /* conn_tag:hog */", 20)))),
 			},
-			s: between(true), tag: "hog", q: Exact,
+			s: between(true), tag: "hog", q: Exact, unlisted: true,
 		},
 		{
 			name: "a backend opened after the earlier read that served another tag first: never that tag, exact",
@@ -221,7 +225,7 @@ func TestDecide(t *testing.T) {
 				rd(1, th(7, active(21, 20), begin(10), in(11, withTimes(stmt(12, "SELECT 1 /* conn_tag:previous */", 0), 15, 20)),
 					in(11, withTimes(commit(13, 11), 30, 30)), begin(20), in(21, withTimes(stmt(22, "SELECT 2 /* conn_tag:holder */", 0), 40, 45)))),
 			},
-			s: between(true), tag: "holder", q: Inferred,
+			s: between(true), tag: "holder", q: Inferred, unlisted: true,
 		},
 		{
 			name: "a pinned backend opened after the earlier read: its statements name it",
@@ -230,7 +234,7 @@ func TestDecide(t *testing.T) {
 				rd(1, th(7, nil, Stmt{EventID: 1, EventName: "statement/sql/set_option", Text: "SET NAMES utf8mb4", Done: true, TimerEnd: ps(20)},
 					stmt(2, "SET @v := 1 /* conn_tag:pin */", 30))),
 			},
-			s: between(false), tag: "pin", q: Exact,
+			s: between(false), tag: "pin", q: Exact, unlisted: true,
 		},
 		{
 			// Measured through ProxySQL: an autocommit=0 transaction begun
@@ -357,6 +361,9 @@ func TestDecide(t *testing.T) {
 			}
 			if got.Reason == "" {
 				t.Error("no reason given")
+			}
+			if unlisted := strings.HasSuffix(got.Reason, EarlierReadUnlisted); unlisted != tt.unlisted {
+				t.Errorf("reason %q: ends in %q %v, want %v", got.Reason, EarlierReadUnlisted, unlisted, tt.unlisted)
 			}
 		})
 	}

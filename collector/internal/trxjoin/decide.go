@@ -293,19 +293,6 @@ func (j *judge) wall(i int, ps uint64) (time.Time, bool) {
 	return r.Start.Add(time.Duration((int64(ps) - int64(r.ServerNow)) / 1000)), true
 }
 
-// maxEvent is the highest EVENT_ID read i shows for the thread.
-func (j *judge) maxEvent(i int) int64 {
-	t := j.thread(i)
-	var m int64
-	if trx := j.trxAt(i); trx != nil {
-		m = trx.EventID
-	}
-	for _, st := range t.Stmts {
-		m = max(m, st.EventID)
-	}
-	return m
-}
-
 // trxCand is one transaction the sampled session may have been idle in.
 type trxCand struct {
 	id int64

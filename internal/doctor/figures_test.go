@@ -18,19 +18,25 @@ import (
 	"github.com/holdtime/holdtime/testenv"
 )
 
+// taggedClient is a conntag client through ProxySQL px, without metrics,
+// and a context that tags its statements tag; the caller closes it.
+func taggedClient(t *testing.T, px *testenv.ProxySQL, tag string) (*sql.DB, context.Context) {
+	t.Helper()
+	connector, err := mysql.NewConnector(px.AppConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return conntag.OpenDB(connector, conntag.WithoutMetrics()), conntag.WithTag(context.Background(), tag)
+}
+
 // hogThroughProxySQL runs transactions that hold their backend idle (BEGIN;
 // SELECT; 150 ms idle; COMMIT) through ProxySQL under tag hog, from two
 // clients, for dur, and returns the backend hold the clients measured
 // (from the reply to the SELECT to sending COMMIT: certainly held).
 func hogThroughProxySQL(t *testing.T, px *testenv.ProxySQL, dur time.Duration) float64 {
 	t.Helper()
-	connector, err := mysql.NewConnector(px.AppConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	db := conntag.OpenDB(connector, conntag.WithoutMetrics())
+	db, ctx := taggedClient(t, px, "hog")
 	defer db.Close()
-	ctx := conntag.WithTag(context.Background(), "hog")
 	var mu sync.Mutex
 	var held time.Duration
 	var wg sync.WaitGroup
@@ -75,13 +81,8 @@ func hogThroughProxySQL(t *testing.T, px *testenv.ProxySQL, dur time.Duration) f
 // last COMMIT may be a transaction too.
 func hogBesideShortThroughProxySQL(t *testing.T, px *testenv.ProxySQL, dur time.Duration) float64 {
 	t.Helper()
-	connector, err := mysql.NewConnector(px.AppConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	db := conntag.OpenDB(connector, conntag.WithoutMetrics())
+	db, ctx := taggedClient(t, px, "short")
 	defer db.Close()
-	ctx := conntag.WithTag(context.Background(), "short")
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	for range 2 {

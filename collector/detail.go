@@ -55,9 +55,13 @@ type TagDetail struct {
 	// most time in the last 5 minutes, up to 8 per target and source, most
 	// first.
 	Statements []DetailStatement `json:"statements"`
-	// Frames is what the drill-down would show next: (from an app serving
-	// a hold profile) the tag's hottest frames. This collector does not
-	// serve them yet: Unknown says so.
+	// Frames is never filled (so never in the JSON): the tag's hottest
+	// frames are in the apps' hold profiles, which the collector does not
+	// read. Unknown says where they are.
+	//
+	// Deprecated: read the frames from the apps: holdtime top
+	// --hold-profile URL, or go tool pprof on an app's
+	// /debug/holdtime/profile (conntag.WithHoldProfile).
 	Frames  []DetailFrame `json:"frames,omitempty"`
 	Unknown []string      `json:"unknown,omitempty"`
 }
@@ -151,8 +155,10 @@ type DetailStatement struct {
 	HoldSeconds float64 `json:"hold_seconds"`
 }
 
-// DetailFrame is one of a tag's hottest frames from the app's hold profile
-// (not served yet).
+// DetailFrame was meant for one of a tag's hottest frames from an app's
+// hold profile.
+//
+// Deprecated: TagDetail.Frames is never filled; see there.
 type DetailFrame struct {
 	Function    string  `json:"function"`
 	File        string  `json:"file"`
@@ -160,11 +166,12 @@ type DetailFrame struct {
 	HoldSeconds float64 `json:"hold_seconds"`
 }
 
-// detailNotServed is what TagDetail.Unknown says of the lists this
-// collector cannot fill yet.
-var detailNotServed = []string{
-	"frames: the collector does not read the app's hold profile (holdtime demo serves it at /debug/holdtime/profile)",
-}
+// detailFramesNote is what TagDetail.Unknown says of the tag's hottest
+// frames: where an API user finds them. holdtime top drops it by its
+// "frames:" prefix when it reads the profiles itself.
+const detailFramesNote = "frames: the tag's hottest frames are in its apps' hold profiles (conntag.WithHoldProfile, " +
+	"served at /debug/holdtime/profile), which the collector does not read: holdtime top --hold-profile URL " +
+	"(one per app instance) reads them in its drill-down, or go tool pprof -http=: URL"
 
 // serveTagDetail answers /api/v1/tag?tag=NAME.
 func (c *Collector) serveTagDetail(w http.ResponseWriter, r *http.Request) {
@@ -180,7 +187,7 @@ func (c *Collector) serveTagDetail(w http.ResponseWriter, r *http.Request) {
 func (c *Collector) TagDetail(tag string) TagDetail {
 	d := TagDetail{Tag: tag, At: c.st.now().UTC(), Sessions: []DetailSession{}, Pins: []DetailPin{},
 		Transactions: []DetailTransactions{}, Locks: []DetailLocks{}, LockWaits: []DetailLockWait{},
-		Deadlocks: []DetailDeadlock{}, LongestHolds: []DetailHold{}, Statements: []DetailStatement{}, Unknown: detailNotServed}
+		Deadlocks: []DetailDeadlock{}, LongestHolds: []DetailHold{}, Statements: []DetailStatement{}, Unknown: []string{detailFramesNote}}
 	for _, p := range c.proxies {
 		d.Sessions = append(d.Sessions, p.sessions.detail(tag)...)
 	}

@@ -52,6 +52,12 @@ func TestTagDetailThroughTheHandler(t *testing.T) {
 	if d.Sessions == nil || len(d.Unknown) == 0 {
 		t.Errorf("sessions %v (want an empty list, not null), unknown %v", d.Sessions, d.Unknown)
 	}
+	// An API user learns where the frames are; holdtime top drops the
+	// note by its prefix.
+	if note := strings.Join(d.Unknown, "\n"); !strings.HasPrefix(note, "frames: ") || !strings.Contains(note, "holdtime top --hold-profile") ||
+		!strings.Contains(note, "/debug/holdtime/profile") || !strings.Contains(note, "go tool pprof") {
+		t.Errorf("unknown %q: want the frames note saying where the frames come from", d.Unknown)
+	}
 
 	resp, err := http.Get(srv.URL + "/api/v1/tag")
 	if err != nil {

@@ -395,8 +395,11 @@ func New(cfg Config) (*Collector, error) {
 	}, []string{"target", "source"})
 	c.pollsLate = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "holdtime_collector_polls_late_total",
-		Help: "Polls of a source that started a whole interval or more after they were due (one per interval missed): the collector or the source cannot keep up, and figures sampled between polls are coarser than configured.",
-	}, []string{"target", "source"})
+		Help: "Polls of a source that started a whole interval or more after they were due (one per interval missed): " +
+			"figures sampled between polls are coarser than configured. cause=overran: mostly because the previous poll " +
+			"ran past the time this one was due (the source, or the network, answered slowly); cause=delayed: mostly " +
+			"because the poll's timer fired late (the collector's process or machine was busy).",
+	}, []string{"target", "source", "cause"})
 	c.pollLag = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "holdtime_collector_poll_lag_seconds",
 		Help: "How late the last poll of a source started against when it was due (0 on schedule; a failed source is due again at its interval, so its first good poll shows how long it was behind). Near or above an interval the source is falling behind.",
@@ -521,10 +524,14 @@ type poller struct {
 func (p *poller) run(ctx context.Context) {
 	p.c.st.register(p.target, p.source)
 	took := p.c.pollSeconds.WithLabelValues(p.target, string(p.source))
-	late := p.c.pollsLate.WithLabelValues(p.target, string(p.source))
+	overran := p.c.pollsLate.WithLabelValues(p.target, string(p.source), lateOverran)
+	delayed := p.c.pollsLate.WithLabelValues(p.target, string(p.source), lateDelayed)
 	lag := p.c.pollLag.WithLabelValues(p.target, string(p.source))
-	late.Add(0)       // the series exists from the start: a rate of 0 is an answer
-	var due time.Time // when the next poll should start; zero: now
+	// The series exist from the start: a rate of 0 is an answer.
+	overran.Add(0)
+	delayed.Add(0)
+	var due time.Time     // when the next poll should start; zero: now
+	var prevEnd time.Time // when the previous poll ended
 	backoff := time.Duration(0)
 	t := time.NewTimer(0)
 	defer t.Stop()
@@ -545,13 +552,20 @@ func (p *poller) run(ctx context.Context) {
 		end := time.Now()
 		took.Observe(end.Sub(start).Seconds())
 		if !due.IsZero() && p.interval > 0 {
-			// Lateness against the schedule: the timer fired late (a
-			// busy machine) or the last poll overran its interval.
+			// Lateness against the schedule: the last poll overran its
+			// interval (it ended after this one was due: the source was
+			// slow to answer), or the timer fired late (a busy machine),
+			// whichever accounts for more of it.
 			if missed := start.Sub(due) / p.interval; missed > 0 {
-				late.Add(float64(missed))
+				if lateCause(due, prevEnd, start) == lateOverran {
+					overran.Add(float64(missed))
+				} else {
+					delayed.Add(float64(missed))
+				}
 			}
 			lag.Set(max(start.Sub(due), 0).Seconds())
 		}
+		prevEnd = end
 		if err != nil {
 			err = p.causes.explain(err, start)
 			kind := FailureOf(err)
@@ -579,6 +593,24 @@ func (p *poller) run(ctx context.Context) {
 		due = start.Add(p.interval)
 		t.Reset(max(time.Until(due), 0))
 	}
+}
+
+// The causes of a late poll (holdtime_collector_polls_late_total).
+const (
+	lateOverran = "overran" // the previous poll ended after this one was due
+	lateDelayed = "delayed" // the timer fired late
+)
+
+// lateCause says why a poll due at due that started at start was late,
+// the previous poll having ended at prevEnd: overran when the previous
+// poll's end past due accounts for at least half of the lateness, else
+// delayed (the timer, or the goroutine, started it late).
+func lateCause(due, prevEnd, start time.Time) string {
+	over := max(prevEnd.Sub(due), 0)
+	if over >= start.Sub(due)-over {
+		return lateOverran
+	}
+	return lateDelayed
 }
 
 // runTailer reads an events log under the runner until ctx ends (tests;

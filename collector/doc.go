@@ -271,6 +271,12 @@
 //     holdtime_source_last_success_timestamp_seconds{target,source},
 //     holdtime_collector_tags_overflow_total{target,source},
 //     holdtime_collector_malformed_rows_total{target,source}.
+//   - holdtime_collector_poll_duration_seconds{target,source},
+//     holdtime_collector_poll_lag_seconds{target,source},
+//     holdtime_collector_polls_late_total{target,source,cause}: the
+//     runner's own timing; cause=overran when the previous poll was still
+//     waiting on a slow source, delayed when the collector started the
+//     poll late (a busy collector or machine).
 //   - holdtime_collector_otlp_metric_series{target} (with
 //     OTLPConfig.Metrics): the counter series the /v1/metrics receiver
 //     remembers, at most 100,000, forgotten after 10 minutes unseen.

@@ -3,6 +3,7 @@ package collector
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -51,5 +52,48 @@ func TestEveryPollIsTimedFailedOnesToo(t *testing.T) {
 	}
 	if count == 0 {
 		t.Error("the failed poll of px/proxysql_processlist was not timed")
+	}
+}
+
+// TestLatePollsSayWhy: a source that once answers after more than two
+// intervals makes the next poll late, counted as overran (the source was
+// slow), not delayed (the collector was busy); and the cause rule on
+// itself, both ways.
+func TestLatePollsSayWhy(t *testing.T) {
+	c, err := New(Config{Registerer: prometheus.NewRegistry(), OTLP: OTLPConfig{Enabled: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const interval = 20 * time.Millisecond
+	var n int
+	polledAfterSlow := make(chan struct{})
+	p := &poller{c: c, polled: polled{target: "t", source: SourceMySQL, interval: interval,
+		poll: func(context.Context) error {
+			n++
+			switch n {
+			case 3:
+				time.Sleep(4 * interval) // the slow answer under test
+			case 5:
+				close(polledAfterSlow)
+			}
+			return nil
+		}}}
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { p.run(ctx); close(done) }()
+	<-polledAfterSlow
+	stop()
+	<-done
+	overran := value(c.pollsLate.WithLabelValues("t", string(SourceMySQL), lateOverran))
+	delayed := value(c.pollsLate.WithLabelValues("t", string(SourceMySQL), lateDelayed))
+	if overran < 2 {
+		t.Errorf("after a poll 4 intervals long: %v late polls counted overran (%v delayed), want at least 2", overran, delayed)
+	}
+	due := time.Unix(1_800_000_000, 0)
+	if got := lateCause(due, due.Add(90*time.Millisecond), due.Add(100*time.Millisecond)); got != lateOverran {
+		t.Errorf("the previous poll ended 90 ms past due, this one started at 100 ms: %s", got)
+	}
+	if got := lateCause(due, due.Add(-5*time.Millisecond), due.Add(100*time.Millisecond)); got != lateDelayed {
+		t.Errorf("the previous poll ended before due, this one started 100 ms late: %s", got)
 	}
 }

@@ -114,7 +114,8 @@ wait:
 	// The daemon's own health is on /metrics too: the Go and process
 	// collectors, and the runner's lateness per source.
 	for _, want := range []string{"go_goroutines ", "process_resident_memory_bytes ",
-		`holdtime_collector_polls_late_total{source="proxysql_processlist",target="px1"}`,
+		`holdtime_collector_polls_late_total{cause="overran",source="proxysql_processlist",target="px1"}`,
+		`holdtime_collector_polls_late_total{cause="delayed",source="proxysql_processlist",target="px1"}`,
 		`holdtime_collector_poll_duration_seconds_count{source="proxysql_processlist",target="px1"}`} {
 		if !strings.Contains(metrics, want) {
 			t.Errorf("/metrics has no %s", want)

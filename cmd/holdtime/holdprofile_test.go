@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -9,6 +10,9 @@ import (
 	"testing"
 
 	"github.com/google/pprof/profile"
+
+	"github.com/holdtime/holdtime/collector"
+	"github.com/holdtime/holdtime/conntag"
 )
 
 // TestServeHoldProfile: the endpoint the demo and flashsale --metrics-listen
@@ -41,4 +45,30 @@ func TestServeHoldProfile(t *testing.T) {
 	if !strings.Contains(lesson.String(), "sampled none of checkout_tax_quote's holds") {
 		t.Errorf("lesson without samples: %q", lesson.String())
 	}
+}
+
+// serveTestHoldProfile serves hp as an app does, at holdProfilePath, until
+// the test ends, and returns its URL.
+func serveTestHoldProfile(t *testing.T, hp *conntag.HoldProfile) string {
+	t.Helper()
+	mux := http.NewServeMux()
+	mux.Handle(holdProfilePath, hp)
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	return srv.URL + holdProfilePath
+}
+
+// runTestCollector runs a collector of cfg until the test ends (stopped
+// and waited for in its cleanup).
+func runTestCollector(t *testing.T, cfg collector.Config) *collector.Collector {
+	t.Helper()
+	c, err := collector.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	t.Cleanup(func() { stop(); <-done })
+	return c
 }

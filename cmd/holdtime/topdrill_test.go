@@ -36,14 +36,8 @@ func TestDrillDownShowsLongestHoldsAndStatements(t *testing.T) {
 	if _, err := d.Open(t).ExecContext(ctx, "INSERT INTO q VALUES (1, 0)"); err != nil {
 		t.Fatal(err)
 	}
-	c, err := collector.New(collector.Config{ProxySQL: []collector.ProxySQLConfig{{Name: "px", DSN: px.AdminDSN(), EventsLog: px.EventsLog,
+	c := runTestCollector(t, collector.Config{ProxySQL: []collector.ProxySQLConfig{{Name: "px", DSN: px.AdminDSN(), EventsLog: px.EventsLog,
 		ProcesslistInterval: 100 * time.Millisecond, DigestInterval: 500 * time.Millisecond, TagGrace: 2 * time.Second}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- c.Run(ctx) }()
-	defer func() { cancel(); <-done }()
 	srv := httptest.NewServer(c.Handler())
 	defer srv.Close()
 	cl, err := collector.NewClient(srv.URL, nil)

@@ -103,24 +103,14 @@ func TestDrillDownHottestFrames(t *testing.T) {
 		hp := conntag.NewHoldProfile(1)
 		db := conntag.OpenDB(connector, conntag.WithoutMetrics(), conntag.WithHoldProfile(hp))
 		t.Cleanup(func() { db.Close() })
-		mux := http.NewServeMux()
-		mux.Handle(holdProfilePath, hp)
-		srv := httptest.NewServer(mux)
-		t.Cleanup(srv.Close)
-		profiles = append(profiles, srv.URL+holdProfilePath)
+		profiles = append(profiles, serveTestHoldProfile(t, hp))
 		if _, err := db.ExecContext(ctx, "CREATE TABLE IF NOT EXISTS carts (id INT PRIMARY KEY)"); err != nil {
 			t.Fatal(err)
 		}
 		hps, dbs = append(hps, hp), append(dbs, db)
 	}
 
-	c, err := collector.New(collector.Config{MySQL: []collector.MySQLConfig{{Name: "db", DSN: d.DSN(), Interval: 200 * time.Millisecond}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- c.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	c := runTestCollector(t, collector.Config{MySQL: []collector.MySQLConfig{{Name: "db", DSN: d.DSN(), Interval: 200 * time.Millisecond}}})
 	csrv := httptest.NewServer(c.Handler())
 	defer csrv.Close()
 	cl, err := collector.NewClient(csrv.URL, nil)

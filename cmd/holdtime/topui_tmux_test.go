@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
@@ -132,18 +131,8 @@ func TestTopConsoleInATerminal(t *testing.T) {
 	hp := conntag.NewHoldProfile(1)
 	wg := hogWorkload(t, ctx, d, conntag.WithHoldProfile(hp))
 	defer func() { cancel(); wg.Wait() }()
-	mux := http.NewServeMux()
-	mux.Handle(holdProfilePath, hp)
-	app := httptest.NewServer(mux)
-	defer app.Close()
-
-	c, err := collector.New(collector.Config{MySQL: []collector.MySQLConfig{{Name: "db", DSN: d.DSN(), Interval: 200 * time.Millisecond}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- c.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	profileURL := serveTestHoldProfile(t, hp)
+	c := runTestCollector(t, collector.Config{MySQL: []collector.MySQLConfig{{Name: "db", DSN: d.DSN(), Interval: 200 * time.Millisecond}}})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -160,7 +149,7 @@ func TestTopConsoleInATerminal(t *testing.T) {
 	defer func() { srv.Close() }()
 
 	bin := buildHoldtime(t)
-	p := startTmux(t, 160, 30, bin+" top --collector http://"+addr+" --interval 200ms --window 10s --color never --hold-profile "+app.URL+holdProfilePath)
+	p := startTmux(t, 160, 30, bin+" top --collector http://"+addr+" --interval 200ms --window 10s --color never --hold-profile "+profileURL)
 
 	// The hog ranks first once the server layer covers 2 s.
 	s := p.waitFor("the hog first with a figure", func(s string) bool {

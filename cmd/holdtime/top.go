@@ -201,7 +201,7 @@ func (t *topCmd) validate() error {
 			// url.Parse's message quotes the URL, password included.
 			return errors.New("--collector: the value given is not a URL: give an http(s) URL such as http://127.0.0.1:9479")
 		case u.Scheme != "http" && u.Scheme != "https" || u.Host == "":
-			return fmt.Errorf("--collector %s is not an http(s) URL such as http://127.0.0.1:9479", u.Redacted())
+			return fmt.Errorf("--collector %s is not an http(s) URL such as http://127.0.0.1:9479", shownURL(u))
 		}
 	}
 	if t.prometheus != "" {
@@ -215,7 +215,7 @@ func (t *topCmd) validate() error {
 		case err != nil:
 			return errors.New("--prometheus: the value given is not a URL: give an http(s) URL such as http://127.0.0.1:9090")
 		case u.Scheme != "http" && u.Scheme != "https" || u.Host == "":
-			return fmt.Errorf("--prometheus %s is not an http(s) URL such as http://127.0.0.1:9090", u.Redacted())
+			return fmt.Errorf("--prometheus %s is not an http(s) URL such as http://127.0.0.1:9090", shownURL(u))
 		}
 	}
 	if t.replayDir != "" {

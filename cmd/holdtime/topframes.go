@@ -106,8 +106,8 @@ func validateHoldProfileURLs(urls []string) error {
 }
 
 // shownURL is u for a message: scheme, host and path, without the user
-// information or the query, either of which may carry a secret (an app
-// served behind ?token=...).
+// information or the query, either of which may carry a secret (an app or a
+// Prometheus served behind ?token=...). url.URL.Redacted keeps the query.
 func shownURL(u *url.URL) string {
 	if u.Scheme == "" && u.Host == "" {
 		return u.Path

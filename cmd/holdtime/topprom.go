@@ -51,7 +51,7 @@ func newPromTop(raw string, hc *http.Client) (*promTop, error) {
 	if hc == nil {
 		hc = &http.Client{Timeout: 5 * time.Second}
 	}
-	return &promTop{base: u.String(), shown: u.Redacted(), hc: hc}, nil
+	return &promTop{base: u.String(), shown: shownURL(u), hc: hc}, nil
 }
 
 // promSample is one series of an instant vector.

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"net/http"
 	"net/http/httptest"
 	"os/exec"
 	"strings"
@@ -251,4 +252,21 @@ func runCmd(t *testing.T, bin string, args ...string) (string, string, error) {
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	err := cmd.Run()
 	return out.String(), errOut.String(), err
+}
+
+// TestPrometheusURLShownWithoutItsQuery: a Prometheus behind ?token= is
+// named in messages by scheme, host and path only.
+func TestPrometheusURLShownWithoutItsQuery(t *testing.T) {
+	p, err := newPromTop("https://ops:pw@prom:9090/api?token=t0ken-s3cret", http.DefaultClient)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.shown != "https://prom:9090/api" {
+		t.Errorf("shown as %q", p.shown)
+	}
+	tc := &topCmd{window: "10s", layer: "max", sortKey: "occupancy", interval: time.Second, timeout: time.Second,
+		color: "never", prometheus: "ftp://prom/?token=t0ken-s3cret"}
+	if err := tc.validate(); err == nil || strings.Contains(err.Error(), "t0ken-s3cret") {
+		t.Errorf("a bad --prometheus: %v", err)
+	}
 }

@@ -38,17 +38,6 @@ func workloadLines(tb testing.TB) []byte {
 // Attributor, "analyze" adds the per-tag Aggregator: the full pipeline.
 func BenchmarkEventsLog(b *testing.B) {
 	data := workloadLines(b)
-	type jsonEvent struct {
-		ThreadID uint64 `json:"thread_id"`
-		Start    int64  `json:"starttime_timestamp_us"`
-		End      int64  `json:"endtime_timestamp_us"`
-		Event    string `json:"event"`
-		Query    string `json:"query"`
-		Client   string `json:"client"`
-		Username string `json:"username"`
-		Server   string `json:"server"`
-		HG       int    `json:"hostgroup_id"`
-	}
 	run := func(b *testing.B, body func() int64) {
 		b.ReportAllocs()
 		b.SetBytes(int64(len(data)))
@@ -59,88 +48,109 @@ func BenchmarkEventsLog(b *testing.B) {
 		b.ReportMetric(float64(events)/b.Elapsed().Seconds(), "events/s")
 	}
 	b.Run("scan", func(b *testing.B) {
-		run(b, func() int64 {
-			sc := bufio.NewScanner(bytes.NewReader(data))
-			sc.Buffer(make([]byte, 256<<10), 16<<20)
-			var n int64
-			for sc.Scan() {
-				n++
-			}
-			return n
-		})
+		run(b, func() int64 { return scanLines(data) })
 	})
 	b.Run("encoding_json", func(b *testing.B) {
-		run(b, func() int64 {
-			sc := bufio.NewScanner(bytes.NewReader(data))
-			sc.Buffer(make([]byte, 256<<10), 16<<20)
-			var n int64
-			var e jsonEvent
-			for sc.Scan() {
-				if json.Unmarshal(sc.Bytes(), &e) == nil {
-					n++
-				}
-			}
-			return n
-		})
+		run(b, func() int64 { return unmarshalLines(data) })
 	})
 	b.Run("parse", func(b *testing.B) {
-		run(b, func() int64 {
-			r := NewEventsReader(context.Background(), bytes.NewReader(data), "bench", EventsLogConfig{})
-			var n int64
-			for r.Next() {
-				n++
-			}
-			return n
-		})
+		run(b, func() int64 { return parseEvents(data) })
 	})
 	b.Run("attribute", func(b *testing.B) {
-		run(b, func() int64 {
-			r := NewEventsReader(context.Background(), bytes.NewReader(data), "bench", EventsLogConfig{})
-			holds := 0
-			a := NewAttributor(AttributorConfig{}, func(*Hold) { holds++ })
-			var n int64
-			for r.Next() {
-				a.Add(r.Event())
-				n++
-			}
-			a.Flush()
-			return n
-		})
+		run(b, func() int64 { return attributeEvents(data) })
 	})
 	b.Run("analyze", func(b *testing.B) {
-		run(b, func() int64 {
-			r := NewEventsReader(context.Background(), bytes.NewReader(data), "bench", EventsLogConfig{})
-			agg := NewAggregator(AnalyzeConfig{})
-			a := NewAttributor(AttributorConfig{}, agg.AddHold)
-			var n int64
-			for r.Next() {
-				a.Add(r.Event())
-				n++
-			}
-			a.Flush()
-			agg.Report(nil, nil)
-			return n
-		})
+		run(b, func() int64 { return analyzeEvents(data) })
 	})
 	var gz bytes.Buffer
 	zw := gzip.NewWriter(&gz)
 	zw.Write(data)
 	zw.Close()
 	b.Run("analyze_gzip", func(b *testing.B) {
-		run(b, func() int64 {
-			r := NewEventsReader(context.Background(), bytes.NewReader(gz.Bytes()), "bench", EventsLogConfig{})
-			agg := NewAggregator(AnalyzeConfig{})
-			a := NewAttributor(AttributorConfig{}, agg.AddHold)
-			var n int64
-			for r.Next() {
-				a.Add(r.Event())
-				n++
-			}
-			a.Flush()
-			agg.Report(nil, nil)
-			return n
-		})
+		run(b, func() int64 { return analyzeEvents(gz.Bytes()) })
 	})
+}
+
+// benchJSONEvent is the fields of an events log line the encoding_json
+// baseline unmarshals.
+type benchJSONEvent struct {
+	ThreadID uint64 `json:"thread_id"`
+	Start    int64  `json:"starttime_timestamp_us"`
+	End      int64  `json:"endtime_timestamp_us"`
+	Event    string `json:"event"`
+	Query    string `json:"query"`
+	Client   string `json:"client"`
+	Username string `json:"username"`
+	Server   string `json:"server"`
+	HG       int    `json:"hostgroup_id"`
+}
+
+// scanLines is the "scan" baseline: it counts data's lines.
+func scanLines(data []byte) int64 {
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	sc.Buffer(make([]byte, 256<<10), 16<<20)
+	var n int64
+	for sc.Scan() {
+		n++
+	}
+	return n
+}
+
+// unmarshalLines is the "encoding_json" baseline: it counts data's lines
+// json.Unmarshal takes.
+func unmarshalLines(data []byte) int64 {
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	sc.Buffer(make([]byte, 256<<10), 16<<20)
+	var n int64
+	var e benchJSONEvent
+	for sc.Scan() {
+		if json.Unmarshal(sc.Bytes(), &e) == nil {
+			n++
+		}
+	}
+	return n
+}
+
+// parseEvents counts the events the EventsReader reads from data.
+func parseEvents(data []byte) int64 {
+	r := NewEventsReader(context.Background(), bytes.NewReader(data), "bench", EventsLogConfig{})
+	var n int64
+	for r.Next() {
+		n++
+	}
+	return n
+}
+
+// attributeEvents reads data's events and passes them to an Attributor;
+// it returns how many it read.
+func attributeEvents(data []byte) int64 {
+	r := NewEventsReader(context.Background(), bytes.NewReader(data), "bench", EventsLogConfig{})
+	holds := 0
+	a := NewAttributor(AttributorConfig{}, func(*Hold) { holds++ })
+	var n int64
+	for r.Next() {
+		a.Add(r.Event())
+		n++
+	}
+	a.Flush()
+	return n
+}
+
+// analyzeEvents is the full pipeline on data (plain or gzip): reader,
+// Attributor, per-tag Aggregator and its report; it returns how many
+// events it read.
+func analyzeEvents(data []byte) int64 {
+	r := NewEventsReader(context.Background(), bytes.NewReader(data), "bench", EventsLogConfig{})
+	agg := NewAggregator(AnalyzeConfig{})
+	a := NewAttributor(AttributorConfig{}, agg.AddHold)
+	var n int64
+	for r.Next() {
+		a.Add(r.Event())
+		n++
+	}
+	a.Flush()
+	agg.Report(nil, nil)
+	return n
 }
 
 // replayReader yields the workload log n times as one stream, each replay

@@ -3,6 +3,7 @@ package collector
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"io"
 	"net"
 	"strings"
@@ -106,57 +107,8 @@ func TestLiveJoinReadConnectionDiesMidRun(t *testing.T) {
 	h := startJoinHarness(t, joinConfig(px, dsn), false)
 	c, polls := h.c, h.polls
 	db := h.openApp(t, px)
-	// Two tags on the same backends: a hold named from the wrong reads
-	// would go to the other tag.
-	work := func(stopAt <-chan struct{}) *sync.WaitGroup {
-		var wg sync.WaitGroup
-		for _, tag := range []string{"alpha", "alpha", "beta", "beta"} {
-			wg.Go(func() {
-				tctx := conntag.WithTag(ctx, tag)
-				for {
-					select {
-					case <-stopAt:
-						return
-					default:
-					}
-					tx, err := db.BeginTx(tctx, nil)
-					if err != nil {
-						t.Error(err)
-						return
-					}
-					var n int
-					if err := tx.QueryRowContext(tctx, "SELECT COUNT(*) FROM carts").Scan(&n); err != nil {
-						t.Error(err)
-					}
-					time.Sleep(150 * time.Millisecond) // idle in the transaction
-					if err := tx.Commit(); err != nil {
-						t.Error(err)
-						return
-					}
-				}
-			})
-		}
-		return &wg
-	}
-	status := func() SourceStatus {
-		for _, st := range c.Sources() {
-			if st.Target == "db" && st.Source == SourceMySQL {
-				return st
-			}
-		}
-		t.Fatal("no MySQL source status")
-		return SourceStatus{}
-	}
-	failed := func(st SourceStatus) *Degradation {
-		for i, x := range st.Degraded {
-			if x.Reason == ReasonJoinReadFailed {
-				return &st.Degraded[i]
-			}
-		}
-		return nil
-	}
 	stopWork := make(chan struct{})
-	wg := work(stopWork)
+	wg := idleTransactionsOfTwoTags(t, db, stopWork)
 	polls.wait(t, "db", SourceMySQL, 4) // a second of reads that go through
 
 	cut.armed.Store(true)
@@ -164,14 +116,14 @@ func TestLiveJoinReadConnectionDiesMidRun(t *testing.T) {
 	var got *Degradation
 	for deadline := time.Now().Add(10 * time.Second); got == nil && time.Now().Before(deadline); {
 		polls.wait(t, "db", SourceMySQL, 1)
-		st := status()
+		st := mysqlSourceStatus(t, c)
 		if !st.Up {
 			t.Errorf("the MySQL source went down while only the join's reads failed: %+v", st)
 		}
-		got = failed(st)
+		got = joinReadFailure(st)
 	}
 	polls.wait(t, "db", SourceMySQL, 6) // a second and a half of failed reads
-	st := status()
+	st := mysqlSourceStatus(t, c)
 	cut.armed.Store(false)
 	armedPolls = polls.count("db", SourceMySQL) - armedPolls
 	if got == nil {
@@ -187,9 +139,9 @@ func TestLiveJoinReadConnectionDiesMidRun(t *testing.T) {
 	}
 
 	// Reads go through again: the degradation clears, holds are exact.
-	for deadline := time.Now().Add(10 * time.Second); failed(status()) != nil; {
+	for deadline := time.Now().Add(10 * time.Second); joinReadFailure(mysqlSourceStatus(t, c)) != nil; {
 		if time.Now().After(deadline) {
-			t.Fatalf("reads go through again but the join stays degraded: %+v", status())
+			t.Fatalf("reads go through again but the join stays degraded: %+v", mysqlSourceStatus(t, c))
 		}
 		polls.wait(t, "db", SourceMySQL, 1)
 	}
@@ -204,4 +156,62 @@ func TestLiveJoinReadConnectionDiesMidRun(t *testing.T) {
 	if byHow["join_exact"] <= 0 {
 		t.Errorf("no hold named exactly: %s", fmtHolds(byHow))
 	}
+}
+
+// idleTransactionsOfTwoTags runs four clients of db until stopAt closes,
+// two tagged alpha and two beta, each a loop of transactions idle 150 ms
+// after one statement. Two tags on the same backends: a hold named from
+// the wrong reads would go to the other tag.
+func idleTransactionsOfTwoTags(t *testing.T, db *sql.DB, stopAt <-chan struct{}) *sync.WaitGroup {
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	for _, tag := range []string{"alpha", "alpha", "beta", "beta"} {
+		wg.Go(func() {
+			tctx := conntag.WithTag(ctx, tag)
+			for {
+				select {
+				case <-stopAt:
+					return
+				default:
+				}
+				tx, err := db.BeginTx(tctx, nil)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				var n int
+				if err := tx.QueryRowContext(tctx, "SELECT COUNT(*) FROM carts").Scan(&n); err != nil {
+					t.Error(err)
+				}
+				time.Sleep(150 * time.Millisecond) // idle in the transaction
+				if err := tx.Commit(); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	return &wg
+}
+
+// mysqlSourceStatus is the status of c's MySQL source of target db.
+func mysqlSourceStatus(t *testing.T, c *Collector) SourceStatus {
+	t.Helper()
+	for _, st := range c.Sources() {
+		if st.Target == "db" && st.Source == SourceMySQL {
+			return st
+		}
+	}
+	t.Fatal("no MySQL source status")
+	return SourceStatus{}
+}
+
+// joinReadFailure is st's server_join_read_failed degradation, if any.
+func joinReadFailure(st SourceStatus) *Degradation {
+	for i, x := range st.Degraded {
+		if x.Reason == ReasonJoinReadFailed {
+			return &st.Degraded[i]
+		}
+	}
+	return nil
 }

@@ -25,41 +25,74 @@ import (
 func TestLiveJoinOnlyTarget(t *testing.T) {
 	testenv.RequireProxySQL(t)
 	d := testenv.NewDatabase(t)
-	ctx := context.Background()
-	px, err := testenv.StartProxySQL(ctx, testenv.ProxySQLOptions{Backend: d.Target, Schema: d.Name})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { px.Close() })
+	px := proxySQLFor(t, d)
 	warmProxySQL(t, px)
+	runs := joinOnlyAndFull(t, d, px)
 
+	// Idle in a transaction for 1.5 s after its one tagged statement: the
+	// ProxySQL sampler sees the session idle, with no statement; only the
+	// join names its tag.
+	const idle = 1500 * time.Millisecond
+	holdIdleTransaction(t, px, idle)
+	for i, r := range runs {
+		checkIdleTrxNamedExactly(t, map[int]string{0: "join-only", 1: "full"}[i], r, idle)
+	}
+
+	// What each collector exports of target db.
+	if got := serverSeries(t, runs[0].c); len(got) > 0 {
+		t.Errorf("join-only target: /metrics exports %d server series, e.g. %s", len(got), got[0])
+	}
+	if got := serverSeries(t, runs[1].c); len(got) == 0 {
+		t.Errorf("full target: /metrics exports no server series: the check above could not fail")
+	}
+	resp := topOverAMinute(t, runs[0].c)
+	if hasServerFigures(resp) {
+		t.Errorf("join-only target: /api/v1/top has server figures: %+v", resp)
+	}
+	if !hasServerFigures(topOverAMinute(t, runs[1].c)) {
+		t.Errorf("full target: /api/v1/top has no server figures: the check above could not fail")
+	}
+	checkJoinOnlyStatus(t, resp)
+}
+
+// polledCollector is a running collector and its poll count.
+type polledCollector struct {
+	c     *Collector
+	polls *pollCount
+}
+
+// joinOnlyAndFull runs two collectors until the test ends, each watching
+// ProxySQL px and d's server, the first as a join-only target, the second
+// as a full one; it returns once each source of each has polled twice.
+func joinOnlyAndFull(t *testing.T, d *testenv.Database, px *testenv.ProxySQL) []polledCollector {
+	t.Helper()
 	proxy := ProxySQLConfig{Name: "px", DSN: px.AdminDSN(), ProcesslistInterval: 50 * time.Millisecond,
 		TagGrace: 2 * time.Second, DigestInterval: time.Second}
 	server := MySQLConfig{Name: "db", DSN: d.Target.Config("").FormatDSN(), Interval: 250 * time.Millisecond}
 	joinOnly := server
 	joinOnly.JoinOnly = true
-	type run struct {
-		c     *Collector
-		polls *pollCount
-	}
-	var runs []run
+	var runs []polledCollector
 	for _, m := range []MySQLConfig{joinOnly, server} {
 		c, err := New(Config{ProxySQL: []ProxySQLConfig{proxy}, MySQL: []MySQLConfig{m}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		r := run{c, countPolls(c)}
-		rctx, stop := context.WithCancel(ctx)
-		done := make(chan error)
-		go func() { done <- c.Run(rctx) }()
-		t.Cleanup(func() { stop(); <-done })
+		r := polledCollector{c, countPolls(c)}
+		runUntilCleanup(t, c)
 		runs = append(runs, r)
 	}
 	for _, r := range runs {
 		r.polls.wait(t, "db", SourceMySQL, 2)
 		r.polls.wait(t, "px", SourceProxySQLProcesslist, 2)
 	}
+	return runs
+}
 
+// holdIdleTransaction runs, through ProxySQL px, a transaction idle for
+// idle after its one statement, tagged idle_trx.
+func holdIdleTransaction(t *testing.T, px *testenv.ProxySQL, idle time.Duration) {
+	t.Helper()
+	ctx := context.Background()
 	connector, err := mysql.NewConnector(px.AppConfig())
 	if err != nil {
 		t.Fatal(err)
@@ -70,11 +103,7 @@ func TestLiveJoinOnlyTarget(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close()
-	// Idle in a transaction for 1.5 s after its one tagged statement: the
-	// ProxySQL sampler sees the session idle, with no statement; only the
-	// join names its tag.
-	const idle = 1500 * time.Millisecond
+	t.Cleanup(func() { conn.Close() }) // returned to the pool when the test ends, as before the split
 	for _, q := range []string{"BEGIN", "/* conn_tag:idle_trx */ SELECT 1"} {
 		if _, err := conn.ExecContext(ctx, q); err != nil {
 			t.Fatal(err)
@@ -84,88 +113,96 @@ func TestLiveJoinOnlyTarget(t *testing.T) {
 	if _, err := conn.ExecContext(ctx, "COMMIT"); err != nil {
 		t.Fatal(err)
 	}
+}
 
-	proxyHold := func(c *Collector, tag string) float64 {
-		c.st.mu.Lock()
-		defer c.st.mu.Unlock()
-		if sr := c.st.series[seriesKey{"px", SourceProxySQLProcesslist}]; sr != nil && sr.tags[tag] != nil {
-			return sr.tags[tag].total.Hold
-		}
-		return 0
+// proxyHold is tag's hold from c's processlist source of ProxySQL px.
+func proxyHold(c *Collector, tag string) float64 {
+	c.st.mu.Lock()
+	defer c.st.mu.Unlock()
+	if sr := c.st.series[seriesKey{"px", SourceProxySQLProcesslist}]; sr != nil && sr.tags[tag] != nil {
+		return sr.tags[tag].total.Hold
 	}
-	for i, r := range runs {
-		name := map[int]string{0: "join-only", 1: "full"}[i]
-		// The hold is decided once the transaction ended, within TagGrace.
-		deadline := time.Now().Add(10 * time.Second)
-		for proxyHold(r.c, "idle_trx") < 0.8*idle.Seconds() && time.Now().Before(deadline) {
-			r.polls.wait(t, "px", SourceProxySQLProcesslist, 1)
-		}
-		got, unknown := proxyHold(r.c, "idle_trx"), proxyHold(r.c, UnknownTag)
-		var exact float64
-		for _, s := range r.c.Sources() {
-			if s.Target == "px" && s.Source == SourceProxySQLProcesslist {
-				exact = s.ServerJoin["exact"]
-			}
-		}
-		t.Logf("%s: idle_trx %.3f s, unknown %.3f s, join exact %.3f s", name, got, unknown, exact)
-		if got < 0.8*idle.Seconds() || unknown > 0.2 || exact < 0.8*idle.Seconds() {
-			t.Errorf("%s MySQL target: idle_trx holds %.3f s (unknown %.3f s, join exact %.3f s) of a %v idle transaction: want it named exactly",
-				name, got, unknown, exact, idle)
-		}
-	}
+	return 0
+}
 
-	// What each collector exports of target db.
-	health := map[string]bool{"holdtime_source_up": true, "holdtime_source_state": true, "holdtime_source_degraded": true,
-		"holdtime_source_last_success_timestamp_seconds": true, "holdtime_collector_tags_overflow_total": true,
-		"holdtime_collector_malformed_rows_total": true, "holdtime_collector_poll_duration_seconds_bucket": true,
-		"holdtime_collector_poll_duration_seconds_sum": true, "holdtime_collector_poll_duration_seconds_count": true,
-		"holdtime_collector_polls_late_total": true, "holdtime_collector_poll_lag_seconds": true}
-	figures := func(r run) []string {
-		var out []string
-		for series := range scrape(t, r.c.Handler()) {
-			name := series[:strings.IndexByte(series+"{", '{')]
-			if (strings.Contains(series, `target="db"`) && !health[name]) || strings.Contains(series, `layer="server"`) {
-				out = append(out, series)
-			}
+// checkIdleTrxNamedExactly: collector r names the idle transaction's hold
+// idle_trx, by the join, exactly.
+func checkIdleTrxNamedExactly(t *testing.T, name string, r polledCollector, idle time.Duration) {
+	t.Helper()
+	// The hold is decided once the transaction ended, within TagGrace.
+	deadline := time.Now().Add(10 * time.Second)
+	for proxyHold(r.c, "idle_trx") < 0.8*idle.Seconds() && time.Now().Before(deadline) {
+		r.polls.wait(t, "px", SourceProxySQLProcesslist, 1)
+	}
+	got, unknown := proxyHold(r.c, "idle_trx"), proxyHold(r.c, UnknownTag)
+	var exact float64
+	for _, s := range r.c.Sources() {
+		if s.Target == "px" && s.Source == SourceProxySQLProcesslist {
+			exact = s.ServerJoin["exact"]
 		}
-		return out
 	}
-	if got := figures(runs[0]); len(got) > 0 {
-		t.Errorf("join-only target: /metrics exports %d server series, e.g. %s", len(got), got[0])
+	t.Logf("%s: idle_trx %.3f s, unknown %.3f s, join exact %.3f s", name, got, unknown, exact)
+	if got < 0.8*idle.Seconds() || unknown > 0.2 || exact < 0.8*idle.Seconds() {
+		t.Errorf("%s MySQL target: idle_trx holds %.3f s (unknown %.3f s, join exact %.3f s) of a %v idle transaction: want it named exactly",
+			name, got, unknown, exact, idle)
 	}
-	if got := figures(runs[1]); len(got) == 0 {
-		t.Errorf("full target: /metrics exports no server series: the check above could not fail")
-	}
-	top := func(r run) TopResponse {
-		w := httptest.NewRecorder()
-		r.c.Handler().ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/api/v1/top?window=1m", nil))
-		var resp TopResponse
-		if w.Code != http.StatusOK {
-			t.Fatalf("/api/v1/top: %d %s", w.Code, w.Body)
+}
+
+// sourceHealthMetrics are the metrics of a source's health, which a
+// join-only target exports too.
+var sourceHealthMetrics = map[string]bool{"holdtime_source_up": true, "holdtime_source_state": true, "holdtime_source_degraded": true,
+	"holdtime_source_last_success_timestamp_seconds": true, "holdtime_collector_tags_overflow_total": true,
+	"holdtime_collector_malformed_rows_total": true, "holdtime_collector_poll_duration_seconds_bucket": true,
+	"holdtime_collector_poll_duration_seconds_sum": true, "holdtime_collector_poll_duration_seconds_count": true,
+	"holdtime_collector_polls_late_total": true, "holdtime_collector_poll_lag_seconds": true}
+
+// serverSeries are c's /metrics series of target db other than its
+// health, and of the server layer.
+func serverSeries(t *testing.T, c *Collector) []string {
+	t.Helper()
+	var out []string
+	for series := range scrape(t, c.Handler()) {
+		name := series[:strings.IndexByte(series+"{", '{')]
+		if (strings.Contains(series, `target="db"`) && !sourceHealthMetrics[name]) || strings.Contains(series, `layer="server"`) {
+			out = append(out, series)
 		}
-		if err := json.Unmarshal(w.Body.Bytes(), &resp); err != nil {
-			t.Fatal(err)
-		}
-		return resp
 	}
-	serverIn := func(resp TopResponse) bool {
-		if resp.Layers[LayerServer] != nil && len(resp.Layers[LayerServer].Headlines) > 0 {
+	return out
+}
+
+// topOverAMinute is c's /api/v1/top?window=1m.
+func topOverAMinute(t *testing.T, c *Collector) TopResponse {
+	t.Helper()
+	w := httptest.NewRecorder()
+	c.Handler().ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/api/v1/top?window=1m", nil))
+	var resp TopResponse
+	if w.Code != http.StatusOK {
+		t.Fatalf("/api/v1/top: %d %s", w.Code, w.Body)
+	}
+	if err := json.Unmarshal(w.Body.Bytes(), &resp); err != nil {
+		t.Fatal(err)
+	}
+	return resp
+}
+
+// hasServerFigures reports whether resp has a server layer headline or
+// a row with a server layer or MySQL source figure.
+func hasServerFigures(resp TopResponse) bool {
+	if resp.Layers[LayerServer] != nil && len(resp.Layers[LayerServer].Headlines) > 0 {
+		return true
+	}
+	for _, row := range resp.Rows {
+		if row.Layers[LayerServer] != nil || row.Sources[SourceMySQL] != nil {
 			return true
 		}
-		for _, row := range resp.Rows {
-			if row.Layers[LayerServer] != nil || row.Sources[SourceMySQL] != nil {
-				return true
-			}
-		}
-		return false
 	}
-	resp := top(runs[0])
-	if serverIn(resp) {
-		t.Errorf("join-only target: /api/v1/top has server figures: %+v", resp)
-	}
-	if !serverIn(top(runs[1])) {
-		t.Errorf("full target: /api/v1/top has no server figures: the check above could not fail")
-	}
+	return false
+}
+
+// checkJoinOnlyStatus: resp's status of target db says up, join_only, no
+// layer.
+func checkJoinOnlyStatus(t *testing.T, resp TopResponse) {
+	t.Helper()
 	var st *SourceStatus
 	for i, s := range resp.Sources {
 		if s.Target == "db" && s.Source == SourceMySQL {

@@ -31,6 +31,58 @@ import (
 // queue.
 func TestMySQLLocksSource(t *testing.T) {
 	testenv.Require(t)
+	pool := threadPoolOfOne(t)
+	ctx := context.Background()
+	admin := pool.open(t, pool.extra)
+	for _, q := range []string{
+		"CREATE DATABASE locktest", "CREATE TABLE locktest.r (id INT PRIMARY KEY, n INT NOT NULL) ENGINE=InnoDB",
+		"INSERT INTO locktest.r VALUES (1, 0), (2, 0)",
+		// The test's own server: the test turns lock output on, the
+		// collector never does.
+		"SET GLOBAL innodb_status_output_locks = ON",
+	} {
+		if _, err := admin.ExecContext(ctx, q); err != nil {
+			t.Fatal(q, err)
+		}
+	}
+	c, err := New(Config{MySQL: []MySQLConfig{{Name: "db", DSN: pool.cfgAt(pool.extra).FormatDSN(), Interval: 250 * time.Millisecond,
+		LocksInterval: 300 * time.Millisecond}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	polls := countPolls(c)
+	runUntilCleanup(t, c)
+	polls.wait(t, "db", SourceMySQLLocks, 1)
+	m := &lockMetrics{t: t, c: c, polls: polls}
+	if v, ok := m.metric("holdtime_mysql_thread_queue", `queue="thread_pool"`); !ok || v != 0 {
+		t.Errorf("idle thread queue %v %v, want 0 from the thread pool", v, ok)
+	}
+	if v, ok := m.metric("holdtime_mysql_lock_output_enabled"); !ok || v != 1 {
+		t.Errorf("holdtime_mysql_lock_output_enabled %v %v", v, ok)
+	}
+	checkRowLockUnderItsTag(t, m, pool.open(t, pool.extra))
+	checkDeadlockCountedOnce(t, m, pool.open(t, pool.extra), pool.open(t, pool.extra))
+	checkThreadQueue(t, m, pool.open(t, 0), admin)
+	// The lock reader's own statements are no tag's.
+	c.st.mu.Lock()
+	untagged := c.st.series[seriesKey{"db", SourceMySQL}].tags[UntaggedTag]
+	c.st.mu.Unlock()
+	if untagged != nil && untagged.total.Stmts > 0 {
+		t.Errorf("the MySQL source counted %v untagged statements: the lock reader's?", untagged.total.Stmts)
+	}
+}
+
+// threadPoolServer is a private MariaDB with a thread pool of one group,
+// and an extra port of one thread per connection.
+type threadPoolServer struct {
+	srv   *testenv.MySQLServer
+	extra int
+}
+
+// threadPoolOfOne starts a threadPoolServer, closed when the test ends;
+// it skips the test where it cannot.
+func threadPoolOfOne(t *testing.T) *threadPoolServer {
+	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -52,102 +104,99 @@ func TestMySQLLocksSource(t *testing.T) {
 	if srv.Flavor != testenv.MariaDB {
 		t.Skip("the thread pool needs MariaDB")
 	}
-	cfgAt := func(port int) *mysql.Config {
-		cfg := srv.Config("")
-		if port > 0 {
-			cfg.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-		}
-		return cfg
+	return &threadPoolServer{srv: srv, extra: extra}
+}
+
+// cfgAt is the server's config at port, its pooled port if 0.
+func (p *threadPoolServer) cfgAt(port int) *mysql.Config {
+	cfg := p.srv.Config("")
+	if port > 0 {
+		cfg.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	}
-	open := func(port int) *sql.DB {
-		c, err := mysql.NewConnector(cfgAt(port))
-		if err != nil {
-			t.Fatal(err)
-		}
-		db := sql.OpenDB(c)
-		t.Cleanup(func() { db.Close() })
-		return db
-	}
-	ctx := context.Background()
-	admin := open(extra)
-	for _, q := range []string{
-		"CREATE DATABASE locktest", "CREATE TABLE locktest.r (id INT PRIMARY KEY, n INT NOT NULL) ENGINE=InnoDB",
-		"INSERT INTO locktest.r VALUES (1, 0), (2, 0)",
-		// The test's own server: the test turns lock output on, the
-		// collector never does.
-		"SET GLOBAL innodb_status_output_locks = ON",
-	} {
-		if _, err := admin.ExecContext(ctx, q); err != nil {
-			t.Fatal(q, err)
-		}
-	}
-	c, err := New(Config{MySQL: []MySQLConfig{{Name: "db", DSN: cfgAt(extra).FormatDSN(), Interval: 250 * time.Millisecond,
-		LocksInterval: 300 * time.Millisecond}}})
+	return cfg
+}
+
+// open is a client of the server at port (cfgAt), closed when the test
+// ends.
+func (p *threadPoolServer) open(t *testing.T, port int) *sql.DB {
+	t.Helper()
+	c, err := mysql.NewConnector(p.cfgAt(port))
 	if err != nil {
 		t.Fatal(err)
 	}
-	polls := countPolls(c)
-	rctx, stop := context.WithCancel(ctx)
-	done := make(chan error)
-	go func() { done <- c.Run(rctx) }()
-	t.Cleanup(func() { stop(); <-done })
-	polls.wait(t, "db", SourceMySQLLocks, 1)
-	metric := func(name string, labels ...string) (float64, bool) {
-		m, _ := gather(t, c)
-		for series, v := range m {
-			if !strings.HasPrefix(series, name+"{") {
-				continue
-			}
-			all := true
-			for _, l := range labels {
-				all = all && strings.Contains(series, l)
-			}
-			if all {
-				return v, true
-			}
-		}
-		return 0, false
-	}
-	waitMetric := func(what string, cond func() bool) {
-		t.Helper()
-		for range 100 {
-			if cond() {
-				return
-			}
-			polls.wait(t, "db", SourceMySQLLocks, 1)
-		}
-		t.Fatalf("%s: not seen in 100 lock reads", what)
-	}
-	if v, ok := metric("holdtime_mysql_thread_queue", `queue="thread_pool"`); !ok || v != 0 {
-		t.Errorf("idle thread queue %v %v, want 0 from the thread pool", v, ok)
-	}
-	if v, ok := metric("holdtime_mysql_lock_output_enabled"); !ok || v != 1 {
-		t.Errorf("holdtime_mysql_lock_output_enabled %v %v", v, ok)
-	}
+	db := sql.OpenDB(c)
+	t.Cleanup(func() { db.Close() })
+	return db
+}
 
-	// A transaction holding a row, idle: its lock under its tag.
-	holder := open(extra)
+// lockMetrics reads a collector's lock figures from /metrics.
+type lockMetrics struct {
+	t     *testing.T
+	c     *Collector
+	polls *pollCount
+}
+
+// metric is the first series of metric name with all of labels.
+func (m *lockMetrics) metric(name string, labels ...string) (float64, bool) {
+	all, _ := gather(m.t, m.c)
+	for series, v := range all {
+		if !strings.HasPrefix(series, name+"{") {
+			continue
+		}
+		every := true
+		for _, l := range labels {
+			every = every && strings.Contains(series, l)
+		}
+		if every {
+			return v, true
+		}
+	}
+	return 0, false
+}
+
+// waitMetric waits up to 100 lock reads for cond.
+func (m *lockMetrics) waitMetric(what string, cond func() bool) {
+	m.t.Helper()
+	for range 100 {
+		if cond() {
+			return
+		}
+		m.polls.wait(m.t, "db", SourceMySQLLocks, 1)
+	}
+	m.t.Fatalf("%s: not seen in 100 lock reads", what)
+}
+
+// checkRowLockUnderItsTag: a transaction of holder holding a row, idle,
+// shows its lock under its tag.
+func checkRowLockUnderItsTag(t *testing.T, m *lockMetrics, holder *sql.DB) {
+	t.Helper()
+	ctx := context.Background()
 	hc, err := holder.Conn(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer hc.Close()
+	t.Cleanup(func() { hc.Close() })
 	hc.ExecContext(ctx, "BEGIN")
 	if _, err := hc.ExecContext(ctx, "UPDATE locktest.r SET n = n + 1 WHERE id = 1 /* conn_tag:lock_holder */"); err != nil {
 		t.Fatal(err)
 	}
-	waitMetric("lock_holder's record lock", func() bool {
-		v, ok := metric("holdtime_mysql_locks", `conn_tag="lock_holder"`, `kind="record"`, `state="held"`)
+	m.waitMetric("lock_holder's record lock", func() bool {
+		v, ok := m.metric("holdtime_mysql_locks", `conn_tag="lock_holder"`, `kind="record"`, `state="held"`)
 		return ok && v >= 1
 	})
 	hc.ExecContext(ctx, "ROLLBACK")
+}
 
-	// A deadlock between two tags.
-	a, b := open(extra), open(extra)
+// checkDeadlockCountedOnce: a deadlock between two tags, of clients a and
+// b, is counted once, naming the victim (the client that got error 1213)
+// and the other tag.
+func checkDeadlockCountedOnce(t *testing.T, m *lockMetrics, a, b *sql.DB) {
+	t.Helper()
+	ctx := context.Background()
 	ca, _ := a.Conn(ctx)
 	cb, _ := b.Conn(ctx)
-	defer ca.Close()
-	defer cb.Close()
+	t.Cleanup(func() { ca.Close() })
+	t.Cleanup(func() { cb.Close() })
 	ca.ExecContext(ctx, "BEGIN")
 	cb.ExecContext(ctx, "BEGIN")
 	if _, err := ca.ExecContext(ctx, "UPDATE locktest.r SET n = n + 1 WHERE id = 1 /* conn_tag:dl_first */"); err != nil {
@@ -178,28 +227,34 @@ func TestMySQLLocksSource(t *testing.T) {
 	if victim == "" {
 		t.Fatal("no deadlock (error 1213) between the two clients")
 	}
-	waitMetric("the deadlock", func() bool {
-		_, ok := metric("holdtime_mysql_deadlocks_total", `victim_tag="`+victim+`"`, `other_tag="`+other+`"`)
+	m.waitMetric("the deadlock", func() bool {
+		_, ok := m.metric("holdtime_mysql_deadlocks_total", `victim_tag="`+victim+`"`, `other_tag="`+other+`"`)
 		return ok
 	})
 	for range 3 {
-		polls.wait(t, "db", SourceMySQLLocks, 1)
+		m.polls.wait(t, "db", SourceMySQLLocks, 1)
 	}
-	if v, _ := metric("holdtime_mysql_deadlocks_total", `victim_tag="`+victim+`"`, `other_tag="`+other+`"`); v != 1 {
+	if v, _ := m.metric("holdtime_mysql_deadlocks_total", `victim_tag="`+victim+`"`, `other_tag="`+other+`"`); v != 1 {
 		t.Errorf("the deadlock counted %v times, want once", v)
 	}
+}
 
-	// The thread queue: busy statements on the pooled port.
+// checkThreadQueue: more busy statements of app (on the pooled port)
+// than the pool has threads queue, all but the one running; admin kills
+// them when the test ends.
+func checkThreadQueue(t *testing.T, m *lockMetrics, app, admin *sql.DB) {
+	t.Helper()
+	ctx := context.Background()
 	const busy = 4
-	app := open(0)
 	app.SetMaxOpenConns(busy)
 	conns := make([]*sql.Conn, busy)
 	ids := make([]int64, busy)
 	for i := range conns {
+		var err error
 		if conns[i], err = app.Conn(ctx); err != nil {
 			t.Fatal(err)
 		}
-		defer conns[i].Close()
+		t.Cleanup(func() { conns[i].Close() })
 		if err := conns[i].QueryRowContext(ctx, "SELECT CONNECTION_ID()").Scan(&ids[i]); err != nil {
 			t.Fatal(err)
 		}
@@ -210,28 +265,21 @@ func TestMySQLLocksSource(t *testing.T) {
 			_, _ = conns[i].ExecContext(ctx, "DO BENCHMARK(10000000000, MD5('holdtime')) /* conn_tag:cpu_burner */")
 		})
 	}
-	defer func() {
+	t.Cleanup(func() {
 		for _, id := range ids {
 			_, _ = admin.ExecContext(ctx, fmt.Sprintf("KILL %d", id))
 		}
 		wg.Wait()
-	}()
-	waitMetric("statements queued for a thread", func() bool {
-		v, ok := metric("holdtime_mysql_thread_queue", `queue="thread_pool"`)
+	})
+	m.waitMetric("statements queued for a thread", func() bool {
+		v, ok := m.metric("holdtime_mysql_thread_queue", `queue="thread_pool"`)
 		return ok && v == busy-1
 	})
-	if v, ok := metric("holdtime_mysql_thread_queue_oldest_seconds"); !ok || v <= 0 {
+	if v, ok := m.metric("holdtime_mysql_thread_queue_oldest_seconds"); !ok || v <= 0 {
 		t.Errorf("oldest queued %v %v", v, ok)
 	}
-	if v, ok := metric("holdtime_mysql_threads_connected"); !ok || v < busy {
+	if v, ok := m.metric("holdtime_mysql_threads_connected"); !ok || v < busy {
 		t.Errorf("threads connected %v %v", v, ok)
-	}
-	// The lock reader's own statements are no tag's.
-	c.st.mu.Lock()
-	untagged := c.st.series[seriesKey{"db", SourceMySQL}].tags[UntaggedTag]
-	c.st.mu.Unlock()
-	if untagged != nil && untagged.total.Stmts > 0 {
-		t.Errorf("the MySQL source counted %v untagged statements: the lock reader's?", untagged.total.Stmts)
 	}
 }
 

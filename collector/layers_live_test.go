@@ -11,10 +11,7 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
-	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
-	"github.com/holdtime/holdtime/conntag"
 	"github.com/holdtime/holdtime/testenv"
 )
 
@@ -52,18 +49,52 @@ func layersEndToEnd(t *testing.T, viaProxySQL bool) {
 		t.Fatal(err)
 	}
 	d.Open(t).ExecContext(ctx, "INSERT INTO carts VALUES (1, 0)")
+	c, polls, spansURL, appCfg := startLayersCollector(t, d, viaProxySQL)
 
+	// The app, as the demo builds it.
+	tp := spansTo(t, spansURL, appCfg.Addr, 500*time.Millisecond)
+	db := openConntagDB(t, appCfg, tp)
+	db.SetMaxOpenConns(10)
+	db.SetMaxIdleConns(10)
+	client, browseStatements := runLayersWorkload(t, db)
+	if err := tp.ForceFlush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !viaProxySQL {
+		delete(client, LayerProxy)
+	}
+
+	resp := waitLayersSettled(t, c, polls, viaProxySQL)
+	row := logLayerRows(t, resp)
+	checkLayerRankings(t, c, resp)
+	checkLayersAsClientMeasured(t, c, row, client)
+	// Every statement of browse counted once at the server and in the app.
+	for _, l := range []Layer{LayerApp, LayerServer} {
+		if lf := row["browse"].Layers[l]; lf == nil || lf.Statements != float64(browseStatements) {
+			t.Errorf("browse %s statements %+v; the client ran %d", l, lf, browseStatements)
+		}
+	}
+	for _, tag := range []string{UnknownTag, UntaggedTag} {
+		if r, ok := row[tag]; ok {
+			t.Logf("%s: %+v", tag, r.Layers)
+		}
+	}
+}
+
+// startLayersCollector runs, until the test ends, a collector of d's
+// server every 250 ms and of spans over OTLP (target app), and with
+// viaProxySQL of a ProxySQL in front of d (warmed); it returns once each
+// source has polled, with the URL to send spans to and the config the
+// app connects with (to ProxySQL or d).
+func startLayersCollector(t *testing.T, d *testenv.Database, viaProxySQL bool) (*Collector, *pollCount, string, *mysql.Config) {
+	t.Helper()
 	cfg := Config{
 		MySQL: []MySQLConfig{{Name: "db", DSN: d.Target.Config("").FormatDSN(), Interval: 250 * time.Millisecond}},
 		OTLP:  OTLPConfig{Enabled: true, Target: "app"},
 	}
 	appCfg := d.Config()
 	if viaProxySQL {
-		px, err := testenv.StartProxySQL(ctx, testenv.ProxySQLOptions{Backend: d.Target, Schema: d.Name})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { px.Close() })
+		px := proxySQLFor(t, d)
 		appCfg = px.AppConfig()
 		warmProxySQL(t, px)
 		cfg.ProxySQL = []ProxySQLConfig{{Name: "px", DSN: px.AdminDSN(), EventsLog: px.EventsLog, ClientAddress: px.AppAddr,
@@ -76,129 +107,126 @@ func layersEndToEnd(t *testing.T, viaProxySQL bool) {
 	polls := countPolls(c)
 	srv := httptest.NewServer(c.Handler())
 	t.Cleanup(srv.Close)
-	rctx, stop := context.WithCancel(ctx)
-	done := make(chan error)
-	go func() { done <- c.Run(rctx) }()
-	t.Cleanup(func() { stop(); <-done })
+	runUntilCleanup(t, c)
 	polls.wait(t, "db", SourceMySQL, 1)
 	if viaProxySQL {
 		polls.wait(t, "px", SourceProxySQLProcesslist, 1)
 	}
+	return c, polls, srv.URL + "/v1/traces", appCfg
+}
 
-	// The app, as the demo builds it.
-	exp, err := otlptracehttp.New(ctx, otlptracehttp.WithEndpointURL(srv.URL+"/v1/traces"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp, sdktrace.WithBatchTimeout(500*time.Millisecond)),
-		sdktrace.WithSpanProcessor(newDialledAddress(t, appCfg.Addr)))
-	t.Cleanup(func() { tp.Shutdown(context.Background()) })
-	connector, err := mysql.NewConnector(appCfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	db := conntag.OpenDB(connector, conntag.WithTracerProvider(tp), conntag.WithSessionID(), conntag.WithoutMetrics())
-	t.Cleanup(func() { db.Close() })
-	db.SetMaxOpenConns(10)
-	db.SetMaxIdleConns(10)
+// layersClientLog is what the layers workload's clients measured.
+type layersClientLog struct {
+	mu         sync.Mutex
+	client     clientLayers
+	statements map[string]int
+}
 
-	var mu sync.Mutex
-	client := clientLayers{}
-	record := func(tag string, d time.Duration, layers ...Layer) {
-		mu.Lock()
-		defer mu.Unlock()
-		for _, l := range layers {
-			client.add(l, tag, d)
-		}
+// record adds d to tag's figure of each of layers.
+func (r *layersClientLog) record(tag string, d time.Duration, layers ...Layer) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, l := range layers {
+		r.client.add(l, tag, d)
 	}
-	statements := map[string]int{}
-	var wg sync.WaitGroup
-	work := func(tag string, body func(ctx context.Context) error) {
-		wg.Go(func() {
-			if err := body(conntag.WithTag(ctx, tag)); err != nil {
-				t.Errorf("%s: %v", tag, err)
-			}
-		})
-	}
+}
+
+// runLayersWorkload runs report_export, checkout_txn and browse through
+// db and returns what their clients measured per layer, and how many
+// statements browse ran.
+func runLayersWorkload(t *testing.T, db *sql.DB) (clientLayers, int) {
+	t.Helper()
+	r := &layersClientLog{client: clientLayers{}, statements: map[string]int{}}
+	clients := &taggedClients{t: t}
 	xDone := make(chan struct{})
-	// report_export: borrows a connection, runs one statement, keeps the
-	// connection 1.5 s doing nothing, outside any transaction. Only the app
-	// pays: ProxySQL multiplexes, the server sees an idle session.
-	work("report_export", func(ctx context.Context) error {
+	clients.run("report_export", func(ctx context.Context) error {
 		defer close(xDone)
-		for range 3 {
-			start := time.Now()
-			conn, err := db.Conn(ctx)
-			if err != nil {
-				return err
-			}
-			stmt := time.Now()
-			if _, err := conn.ExecContext(ctx, "SELECT SLEEP(0.2)"); err != nil {
-				return err
-			}
-			record("report_export", time.Since(stmt), LayerProxy, LayerServer)
-			time.Sleep(1500 * time.Millisecond) // the workload: a slow export, the connection kept
-			conn.Close()
-			record("report_export", time.Since(start), LayerApp)
-		}
-		return nil
+		return exportReports(ctx, db, r)
 	})
-	// checkout_txn: a transaction held open 1 s between its statements:
-	// every layer holds it from BEGIN to COMMIT.
-	work("checkout_txn", func(ctx context.Context) error {
-		for range 3 {
-			start := time.Now()
-			tx, err := db.BeginTx(ctx, nil)
-			if err != nil {
-				return err
-			}
-			if _, err := tx.ExecContext(ctx, "SELECT n FROM carts WHERE id = 1 FOR UPDATE"); err != nil {
-				return err
-			}
-			time.Sleep(time.Second) // the workload: waiting on a payment provider inside the transaction
-			if _, err := tx.ExecContext(ctx, "UPDATE carts SET n = n + 1 WHERE id = 1"); err != nil {
-				return err
-			}
-			if err := tx.Commit(); err != nil {
-				return err
-			}
-			record("checkout_txn", time.Since(start), LayerApp, LayerProxy, LayerServer)
-		}
-		return nil
-	})
-	// browse: short statements, a connection borrowed for each. (Long
-	// enough that the client's round trip through ProxySQL, a few ms, is
-	// small next to the time the server works.)
-	work("browse", func(ctx context.Context) error {
-		for {
-			select {
-			case <-xDone:
-				return nil
-			default:
-			}
-			start := time.Now()
-			if _, err := db.ExecContext(ctx, "SELECT SLEEP(0.2)"); err != nil {
-				return err
-			}
-			record("browse", time.Since(start), LayerApp, LayerProxy, LayerServer)
-			mu.Lock()
-			statements["browse"]++
-			mu.Unlock()
-			time.Sleep(200 * time.Millisecond) // the workload: between page views
-		}
-	})
-	wg.Wait()
-	if err := tp.ForceFlush(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if !viaProxySQL {
-		delete(client, LayerProxy)
-	}
+	clients.run("checkout_txn", func(ctx context.Context) error { return checkoutTransactions(ctx, db, r) })
+	clients.run("browse", func(ctx context.Context) error { return browseUntil(ctx, db, r, xDone) })
+	clients.wait()
+	return r.client, r.statements["browse"]
+}
 
-	// Wait until the collector has caught up: two MySQL polls after the
-	// workload, and figures that no longer change.
+// exportReports is report_export: it borrows a connection, runs one
+// statement, keeps the connection 1.5 s doing nothing, outside any
+// transaction, three times. Only the app pays: ProxySQL multiplexes, the
+// server sees an idle session.
+func exportReports(ctx context.Context, db *sql.DB, r *layersClientLog) error {
+	for range 3 {
+		start := time.Now()
+		conn, err := db.Conn(ctx)
+		if err != nil {
+			return err
+		}
+		stmt := time.Now()
+		if _, err := conn.ExecContext(ctx, "SELECT SLEEP(0.2)"); err != nil {
+			return err
+		}
+		r.record("report_export", time.Since(stmt), LayerProxy, LayerServer)
+		time.Sleep(1500 * time.Millisecond) // the workload: a slow export, the connection kept
+		conn.Close()
+		r.record("report_export", time.Since(start), LayerApp)
+	}
+	return nil
+}
+
+// checkoutTransactions is checkout_txn: three transactions held open 1 s
+// between their statements: every layer holds them from BEGIN to COMMIT.
+func checkoutTransactions(ctx context.Context, db *sql.DB, r *layersClientLog) error {
+	for range 3 {
+		start := time.Now()
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, "SELECT n FROM carts WHERE id = 1 FOR UPDATE"); err != nil {
+			return err
+		}
+		time.Sleep(time.Second) // the workload: waiting on a payment provider inside the transaction
+		if _, err := tx.ExecContext(ctx, "UPDATE carts SET n = n + 1 WHERE id = 1"); err != nil {
+			return err
+		}
+		if err := tx.Commit(); err != nil {
+			return err
+		}
+		r.record("checkout_txn", time.Since(start), LayerApp, LayerProxy, LayerServer)
+	}
+	return nil
+}
+
+// browseUntil is browse until done closes: short statements, a
+// connection borrowed for each. (Long enough that the client's round
+// trip through ProxySQL, a few ms, is small next to the time the server
+// works.)
+func browseUntil(ctx context.Context, db *sql.DB, r *layersClientLog, done <-chan struct{}) error {
+	for {
+		select {
+		case <-done:
+			return nil
+		default:
+		}
+		start := time.Now()
+		if _, err := db.ExecContext(ctx, "SELECT SLEEP(0.2)"); err != nil {
+			return err
+		}
+		r.record("browse", time.Since(start), LayerApp, LayerProxy, LayerServer)
+		r.mu.Lock()
+		r.statements["browse"]++
+		r.mu.Unlock()
+		time.Sleep(200 * time.Millisecond) // the workload: between page views
+	}
+}
+
+// waitLayersSettled waits until the collector has caught up: two MySQL
+// polls after the workload, and figures that no longer change; it
+// returns the last top report.
+func waitLayersSettled(t *testing.T, c *Collector, polls *pollCount, viaProxySQL bool) TopResponse {
+	t.Helper()
 	polls.wait(t, "db", SourceMySQL, 2)
 	var resp TopResponse
+	var err error
 	prev := ""
 	for i := 0; i < 40; i++ {
 		if resp, err = c.TopReport(TopQuery{Window: 5 * time.Minute}); err != nil {
@@ -221,7 +249,12 @@ func layersEndToEnd(t *testing.T, viaProxySQL bool) {
 			polls.wait(t, "px", SourceProxySQLProcesslist, 5)
 		}
 	}
+	return resp
+}
 
+// logLayerRows logs each row's layer figures and returns the rows by tag.
+func logLayerRows(t *testing.T, resp TopResponse) map[string]TopRow {
+	t.Helper()
 	row := map[string]TopRow{}
 	for _, r := range resp.Rows {
 		row[r.Tag] = r
@@ -234,6 +267,13 @@ func layersEndToEnd(t *testing.T, viaProxySQL bool) {
 		}
 		t.Logf("%-14s %s", r.Tag, strings.Join(parts, ", "))
 	}
+	return row
+}
+
+// checkLayerRankings: report_export ranks first by default (by its app
+// layer) and on the app layer; checkout_txn first on the server layer.
+func checkLayerRankings(t *testing.T, c *Collector, resp TopResponse) {
+	t.Helper()
 	if len(resp.Rows) == 0 || resp.Rows[0].Tag != "report_export" || resp.Rows[0].Layer != LayerApp {
 		t.Errorf("default ranking starts with %+v; want report_export by its app layer", firstTag(resp.Rows))
 	}
@@ -245,7 +285,13 @@ func layersEndToEnd(t *testing.T, viaProxySQL bool) {
 	if len(serverRank.Rows) == 0 || serverRank.Rows[0].Tag != "checkout_txn" {
 		t.Errorf("server ranking starts with %s; want checkout_txn (report_export's connection is idle at the server)", firstTag(serverRank.Rows))
 	}
+}
 
+// checkLayersAsClientMeasured: each layer's figure per tag, in the API
+// and in /metrics, is within 15 % of what the client measured, and is its
+// headline source's.
+func checkLayersAsClientMeasured(t *testing.T, c *Collector, row map[string]TopRow, client clientLayers) {
+	t.Helper()
 	metrics, _ := gather(t, c)
 	for _, l := range Layers {
 		for tag, want := range client[l] {
@@ -273,17 +319,6 @@ func layersEndToEnd(t *testing.T, viaProxySQL bool) {
 			if math.Abs(pct(fromMetrics, want)) > 15 {
 				t.Errorf("%s %s: holdtime_collector_layer_hold_seconds_total says %.3f s, the client %.3f s", tag, l, fromMetrics, want)
 			}
-		}
-	}
-	// Every statement of browse counted once at the server and in the app.
-	for _, l := range []Layer{LayerApp, LayerServer} {
-		if lf := row["browse"].Layers[l]; lf == nil || lf.Statements != float64(statements["browse"]) {
-			t.Errorf("browse %s statements %+v; the client ran %d", l, lf, statements["browse"])
-		}
-	}
-	for _, tag := range []string{UnknownTag, UntaggedTag} {
-		if r, ok := row[tag]; ok {
-			t.Logf("%s: %+v", tag, r.Layers)
 		}
 	}
 }

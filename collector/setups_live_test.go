@@ -16,11 +16,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-sql-driver/mysql"
-	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-
-	"github.com/holdtime/holdtime/conntag"
 	"github.com/holdtime/holdtime/testenv"
 )
 
@@ -45,81 +40,12 @@ var setupTags = []string{"hog", "short_autocommit", "batch_tx", "uvar_pin", "pre
 func TestLiveProxySQLSetups(t *testing.T) {
 	skipTimingUnderRace(t)
 	testenv.RequireProxySQL(t)
-	d := testenv.NewDatabase(t)
+	d, px := qBehindProxySQL(t)
 	ctx := context.Background()
-	px, err := testenv.StartProxySQL(ctx, testenv.ProxySQLOptions{Backend: d.Target, Schema: d.Name})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { px.Close() })
-	admin := d.Open(t)
-	for _, q := range []string{
-		"CREATE TABLE q (id INT PRIMARY KEY, n INT NOT NULL) ENGINE=InnoDB",
-		"INSERT INTO q VALUES (1,0),(2,0),(3,0),(4,0),(5,0)",
-	} {
-		if _, err := admin.ExecContext(ctx, q); err != nil {
-			t.Fatal(err)
-		}
-	}
-	warmProxySQL(t, px)
-
-	server := MySQLConfig{Name: "db", DSN: d.Target.Config("").FormatDSN(), Interval: 250 * time.Millisecond}
-	// Sampled every 50 ms: a 80 ms transaction is then seen one or two
-	// times, so sampling error over ~60 of them is about 4 % (one sigma).
-	proxy := ProxySQLConfig{Name: "px", DSN: px.AdminDSN(), ClientAddress: px.AppAddr, ProcesslistInterval: 50 * time.Millisecond,
-		TagGrace: 2 * time.Second, DigestInterval: time.Second}
-	withEvents := proxy
-	withEvents.EventsLog = px.EventsLog
-	type setup struct {
-		name  string
-		c     *Collector
-		polls *pollCount
-	}
-	var setups []*setup
-	var spansURL string
-	for _, s := range []struct {
-		name string
-		cfg  Config
-	}{
-		{"admin", Config{ProxySQL: []ProxySQLConfig{proxy}, MySQL: []MySQLConfig{server}}},
-		{"events", Config{ProxySQL: []ProxySQLConfig{withEvents}, MySQL: []MySQLConfig{server}}},
-		{"spans", Config{ProxySQL: []ProxySQLConfig{proxy}, MySQL: []MySQLConfig{server}, OTLP: OTLPConfig{Enabled: true}}},
-	} {
-		c, err := New(s.cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		st := &setup{name: s.name, c: c, polls: countPolls(c)}
-		setups = append(setups, st)
-		if s.cfg.OTLP.Enabled {
-			srv := httptest.NewServer(c.Handler())
-			t.Cleanup(srv.Close)
-			spansURL = srv.URL + "/v1/traces"
-		}
-		rctx, stop := context.WithCancel(ctx)
-		done := make(chan error)
-		go func() { done <- c.Run(rctx) }()
-		t.Cleanup(func() { stop(); <-done })
-	}
-	for _, s := range setups {
-		s.polls.wait(t, "db", SourceMySQL, 2)
-		s.polls.wait(t, "px", SourceProxySQLProcesslist, 2)
-	}
-
-	exp, err := otlptracehttp.New(ctx, otlptracehttp.WithEndpointURL(spansURL))
-	if err != nil {
-		t.Fatal(err)
-	}
-	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp, sdktrace.WithBatchTimeout(200*time.Millisecond)),
-		sdktrace.WithSpanProcessor(newDialledAddress(t, px.AppAddr)))
-	t.Cleanup(func() { tp.Shutdown(context.Background()) })
+	setups, spansURL := startThreeSetups(t, d, px)
+	tp := spansTo(t, spansURL, px.AppAddr, 200*time.Millisecond)
 	open := func(maxIdle int) *sql.DB {
-		connector, err := mysql.NewConnector(px.AppConfig())
-		if err != nil {
-			t.Fatal(err)
-		}
-		db := conntag.OpenDB(connector, conntag.WithTracerProvider(tp), conntag.WithSessionID(), conntag.WithoutMetrics())
-		t.Cleanup(func() { db.Close() })
+		db := openConntagDB(t, px.AppConfig(), tp)
 		db.SetMaxOpenConns(10)
 		db.SetMaxIdleConns(maxIdle)
 		return db
@@ -132,34 +58,10 @@ func TestLiveProxySQLSetups(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// The headline of the proxy layer: the events log where configured,
-	// else the processlist. (The events setup's processlist is a
-	// cross-check, logged.)
-	proxySources := func(s *setup) []Source {
-		if s.name == "events" {
-			return []Source{SourceProxySQLEvents, SourceProxySQLProcesslist}
-		}
-		return []Source{SourceProxySQLProcesslist}
-	}
-	snapshot := func(s *setup) map[Source]map[string]float64 {
-		s.c.st.mu.Lock()
-		defer s.c.st.mu.Unlock()
-		out := map[Source]map[string]float64{}
-		for _, src := range proxySources(s) {
-			out[src] = map[string]float64{}
-			if sr := s.c.st.series[seriesKey{"px", src}]; sr != nil {
-				for tag, e := range sr.tags {
-					out[src][tag] = e.total.Hold
-				}
-			}
-		}
-		return out
-	}
-
 	for round := 1; round <= 3; round++ {
 		before := make([]map[Source]map[string]float64, len(setups))
 		for i, s := range setups {
-			before[i] = snapshot(s)
+			before[i] = s.snapshot()
 		}
 		inner, outer, _ := runSetupsWorkload(t, db, pinDB, issue13Workload, 8*time.Second)
 		if err := tp.ForceFlush(ctx); err != nil {
@@ -168,69 +70,167 @@ func TestLiveProxySQLSetups(t *testing.T) {
 		// Settle: the grace period for pending hold, then figures that no
 		// longer change.
 		for _, s := range setups {
-			waitSettled(t, s.polls, func() string { return fmt.Sprint(snapshot(s)) })
+			waitSettled(t, s.polls, func() string { return fmt.Sprint(s.snapshot()) })
 		}
 		t.Logf("round %d: clients: held at least %s", round, fmtHolds(inner))
 		t.Logf("round %d: clients: held at most  %s", round, fmtHolds(outer))
 		for i, s := range setups {
-			after := snapshot(s)
-			for _, src := range proxySources(s) {
-				got := map[string]float64{}
-				var sum float64
-				for tag, v := range after[src] {
-					if dv := v - before[i][src][tag]; dv > 0 {
-						got[tag] = dv
-						sum += dv
-					}
-				}
-				t.Logf("round %d %-6s %-20s %s", round, s.name, src, fmtHolds(got))
-				if s.c.st.headline[targetLayer{"px", LayerProxy}] != src {
-					continue
-				}
-				for _, tag := range setupTags {
-					lo, hi := inner[tag], outer[tag]
-					if hi < 1 {
-						continue
-					}
-					if got[tag] < 0.85*lo || got[tag] > 1.15*hi {
-						t.Errorf("round %d, setup %s, %s: %s held %.2f s, the clients measured %.2f s to %.2f s (15 %% allowed)",
-							round, s.name, src, tag, got[tag], lo, hi)
-						if src == SourceProxySQLEvents {
-							logEventsHolds(t, s.c, px.EventsLog, tag)
-						}
-					}
-				}
-				if got[UnknownTag]+got[UntaggedTag] > 0.05*sum {
-					t.Errorf("round %d, setup %s, %s: unknown %.2f s and untagged %.2f s of %.2f s", round, s.name, src, got[UnknownTag], got[UntaggedTag], sum)
-				}
-				if top := topTag(got); top != "hog" {
-					t.Errorf("round %d, setup %s, %s: %s ranks first, not the hog", round, s.name, src, top)
-				}
-				for tag := range got {
-					if !slices.Contains(setupTags, tag) && tag != UnknownTag && tag != UntaggedTag {
-						t.Errorf("round %d, setup %s, %s: tag %q is not the workload's", round, s.name, src, tag)
-					}
-				}
-			}
+			s.checkRound(t, round, before[i], inner, outer, px.EventsLog)
 		}
 	}
 	// No junk tag in the ranking, from any source (digests included).
 	for _, s := range setups {
-		resp, err := s.c.TopReport(TopQuery{Window: 5 * time.Minute})
+		s.checkNoJunkTags(t)
+	}
+}
+
+// liveSetup is one of the setups a user may have, watching the setups
+// workload: a running collector and its poll count.
+type liveSetup struct {
+	name  string
+	c     *Collector
+	polls *pollCount
+}
+
+// startThreeSetups runs the three setups' collectors (admin, events,
+// spans) of ProxySQL px and d's server until the test ends; it returns
+// once each source of each has polled twice, with the URL to send the
+// spans setup its spans.
+func startThreeSetups(t *testing.T, d *testenv.Database, px *testenv.ProxySQL) (setups []*liveSetup, spansURL string) {
+	t.Helper()
+	server := MySQLConfig{Name: "db", DSN: d.Target.Config("").FormatDSN(), Interval: 250 * time.Millisecond}
+	// Sampled every 50 ms: a 80 ms transaction is then seen one or two
+	// times, so sampling error over ~60 of them is about 4 % (one sigma).
+	proxy := ProxySQLConfig{Name: "px", DSN: px.AdminDSN(), ClientAddress: px.AppAddr, ProcesslistInterval: 50 * time.Millisecond,
+		TagGrace: 2 * time.Second, DigestInterval: time.Second}
+	withEvents := proxy
+	withEvents.EventsLog = px.EventsLog
+	for _, s := range []struct {
+		name string
+		cfg  Config
+	}{
+		{"admin", Config{ProxySQL: []ProxySQLConfig{proxy}, MySQL: []MySQLConfig{server}}},
+		{"events", Config{ProxySQL: []ProxySQLConfig{withEvents}, MySQL: []MySQLConfig{server}}},
+		{"spans", Config{ProxySQL: []ProxySQLConfig{proxy}, MySQL: []MySQLConfig{server}, OTLP: OTLPConfig{Enabled: true}}},
+	} {
+		c, err := New(s.cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, r := range resp.Rows {
-			for src := range r.Sources {
-				if !slices.Contains(setupTags, r.Tag) && r.Tag != UnknownTag && r.Tag != UntaggedTag {
-					t.Errorf("setup %s: /api/v1/top lists %q (source %s)", s.name, r.Tag, src)
-				}
+		st := &liveSetup{name: s.name, c: c, polls: countPolls(c)}
+		setups = append(setups, st)
+		if s.cfg.OTLP.Enabled {
+			srv := httptest.NewServer(c.Handler())
+			t.Cleanup(srv.Close)
+			spansURL = srv.URL + "/v1/traces"
+		}
+		runUntilCleanup(t, c)
+	}
+	for _, s := range setups {
+		s.polls.wait(t, "db", SourceMySQL, 2)
+		s.polls.wait(t, "px", SourceProxySQLProcesslist, 2)
+	}
+	return setups, spansURL
+}
+
+// proxySources are the setup's sources of the proxy layer: the events log
+// where configured, else the processlist. (The events setup's processlist
+// is a cross-check, logged.)
+func (s *liveSetup) proxySources() []Source {
+	if s.name == "events" {
+		return []Source{SourceProxySQLEvents, SourceProxySQLProcesslist}
+	}
+	return []Source{SourceProxySQLProcesslist}
+}
+
+// snapshot is the hold per tag of each of the setup's proxy sources.
+func (s *liveSetup) snapshot() map[Source]map[string]float64 {
+	s.c.st.mu.Lock()
+	defer s.c.st.mu.Unlock()
+	out := map[Source]map[string]float64{}
+	for _, src := range s.proxySources() {
+		out[src] = map[string]float64{}
+		if sr := s.c.st.series[seriesKey{"px", src}]; sr != nil {
+			for tag, e := range sr.tags {
+				out[src][tag] = e.total.Hold
 			}
 		}
-		for _, ss := range resp.Sources {
-			if ss.Malformed > 0 {
-				t.Logf("setup %s: %s/%s rejected %.0f rows, latest %q", s.name, ss.Target, ss.Source, ss.Malformed, ss.MalformedSample)
+	}
+	return out
+}
+
+// checkRound logs the hold each proxy source of the setup gave each tag in
+// round round (since snapshot before) and checks the headline source's
+// against the clients' bracket inner..outer (checkHeadlineRound).
+func (s *liveSetup) checkRound(t *testing.T, round int, before map[Source]map[string]float64, inner, outer map[string]float64, eventsLog string) {
+	t.Helper()
+	after := s.snapshot()
+	for _, src := range s.proxySources() {
+		got := map[string]float64{}
+		var sum float64
+		for tag, v := range after[src] {
+			if dv := v - before[src][tag]; dv > 0 {
+				got[tag] = dv
+				sum += dv
 			}
+		}
+		t.Logf("round %d %-6s %-20s %s", round, s.name, src, fmtHolds(got))
+		if s.c.st.headline[targetLayer{"px", LayerProxy}] != src {
+			continue
+		}
+		s.checkHeadlineRound(t, round, src, got, sum, inner, outer, eventsLog)
+	}
+}
+
+// checkHeadlineRound: in the round, every tag holding at least 1 s got
+// within 15 % of what its clients measured, unknown and untagged under
+// 5 % of sum, the hog ranked first, no tag outside the workload's.
+func (s *liveSetup) checkHeadlineRound(t *testing.T, round int, src Source, got map[string]float64, sum float64, inner, outer map[string]float64, eventsLog string) {
+	t.Helper()
+	for _, tag := range setupTags {
+		lo, hi := inner[tag], outer[tag]
+		if hi < 1 {
+			continue
+		}
+		if got[tag] < 0.85*lo || got[tag] > 1.15*hi {
+			t.Errorf("round %d, setup %s, %s: %s held %.2f s, the clients measured %.2f s to %.2f s (15 %% allowed)",
+				round, s.name, src, tag, got[tag], lo, hi)
+			if src == SourceProxySQLEvents {
+				logEventsHolds(t, s.c, eventsLog, tag)
+			}
+		}
+	}
+	if got[UnknownTag]+got[UntaggedTag] > 0.05*sum {
+		t.Errorf("round %d, setup %s, %s: unknown %.2f s and untagged %.2f s of %.2f s", round, s.name, src, got[UnknownTag], got[UntaggedTag], sum)
+	}
+	if top := topTag(got); top != "hog" {
+		t.Errorf("round %d, setup %s, %s: %s ranks first, not the hog", round, s.name, src, top)
+	}
+	for tag := range got {
+		if !slices.Contains(setupTags, tag) && tag != UnknownTag && tag != UntaggedTag {
+			t.Errorf("round %d, setup %s, %s: tag %q is not the workload's", round, s.name, src, tag)
+		}
+	}
+}
+
+// checkNoJunkTags: the setup's ranking lists no tag outside the
+// workload's, from any source; rejected rows are logged.
+func (s *liveSetup) checkNoJunkTags(t *testing.T) {
+	t.Helper()
+	resp, err := s.c.TopReport(TopQuery{Window: 5 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range resp.Rows {
+		for src := range r.Sources {
+			if !slices.Contains(setupTags, r.Tag) && r.Tag != UnknownTag && r.Tag != UntaggedTag {
+				t.Errorf("setup %s: /api/v1/top lists %q (source %s)", s.name, r.Tag, src)
+			}
+		}
+	}
+	for _, ss := range resp.Sources {
+		if ss.Malformed > 0 {
+			t.Logf("setup %s: %s/%s rejected %.0f rows, latest %q", s.name, ss.Target, ss.Source, ss.Malformed, ss.MalformedSample)
 		}
 	}
 }
@@ -304,162 +304,184 @@ var issue13Workload = setupsWorkload{hogs: 2, hogIdle: 700 * time.Millisecond, h
 // each hold's midpoint, for the sampling error (samplingSigma).
 func runSetupsWorkload(t *testing.T, db, pinDB *sql.DB, w setupsWorkload, dur time.Duration) (inner, outer map[string]float64, holds map[string][]float64) {
 	t.Helper()
-	var mu sync.Mutex
-	inner, outer, holds = map[string]float64{}, map[string]float64{}, map[string][]float64{}
-	bracket := func(tag string, in, out time.Duration) {
-		mu.Lock()
-		inner[tag] += in.Seconds()
-		outer[tag] += out.Seconds()
-		holds[tag] = append(holds[tag], (in+out).Seconds()/2)
-		mu.Unlock()
-	}
+	b := &clientBrackets{inner: map[string]float64{}, outer: map[string]float64{}, holds: map[string][]float64{}}
 	deadline := time.Now().Add(dur)
-	var wg sync.WaitGroup
-	work := func(tag string, body func(ctx context.Context) error) {
-		wg.Go(func() {
-			if err := body(conntag.WithTag(context.Background(), tag)); err != nil {
-				t.Errorf("%s: %v", tag, err)
-			}
-		})
-	}
+	clients := &taggedClients{t: t}
 	// The hog: transactions held open idle (around a row lock).
 	for id := 1; id <= w.hogs; id++ {
-		work("hog", func(ctx context.Context) error {
-			for time.Now().Before(deadline) {
-				start := time.Now()
-				tx, err := db.BeginTx(ctx, nil)
-				if err != nil {
-					return err
-				}
-				began := time.Now()
-				// Text protocol (literal id), as with interpolateParams:
-				// the prepared-statement tag has its own client below.
-				q := "SELECT 1"
-				if w.hogLock {
-					q = fmt.Sprintf("SELECT n FROM q WHERE id = %d FOR UPDATE", id)
-				}
-				if _, err := tx.ExecContext(ctx, q); err != nil {
-					return err
-				}
-				time.Sleep(w.hogIdle) // the workload: idle inside the transaction
-				if w.hogLock {
-					if _, err := tx.ExecContext(ctx, fmt.Sprintf("UPDATE q SET n = n + 1 WHERE id = %d", id)); err != nil {
-						return err
-					}
-				}
-				committing := time.Now()
-				if err := tx.Commit(); err != nil {
-					return err
-				}
-				bracket("hog", committing.Sub(began), time.Since(start))
-				time.Sleep(50 * time.Millisecond)
-			}
-			return nil
-		})
+		clients.run("hog", func(ctx context.Context) error { return hogTransactions(ctx, db, w, id, deadline, b) })
 	}
-	// Pauses are random so that the statements do not beat with the
-	// collector's sampling.
-	pause := func() { time.Sleep(time.Duration(10+rand.IntN(40)) * time.Millisecond) }
 	// Short autocommit statements.
-	sleep := fmt.Sprintf("SELECT SLEEP(%g)", w.autocommitSleep.Seconds())
 	for range w.autocommit {
-		work("short_autocommit", func(ctx context.Context) error {
-			for time.Now().Before(deadline) {
-				start := time.Now()
-				if _, err := db.ExecContext(ctx, sleep); err != nil {
-					return err
-				}
-				bracket("short_autocommit", w.autocommitSleep, time.Since(start))
-				pause()
-			}
-			return nil
-		})
+		clients.run("short_autocommit", func(ctx context.Context) error { return shortAutocommits(ctx, db, w, deadline, b) })
 	}
 	// Short multi-statement transactions.
 	for range w.batch {
-		work("batch_tx", func(ctx context.Context) error {
-			for time.Now().Before(deadline) {
-				start := time.Now()
-				tx, err := db.BeginTx(ctx, nil)
-				if err != nil {
-					return err
-				}
-				began := time.Now()
-				for range 3 {
-					if _, err := tx.ExecContext(ctx, "UPDATE q SET n = n + 1 WHERE id = 5"); err != nil {
-						return err
-					}
-					time.Sleep(20 * time.Millisecond)
-				}
-				committing := time.Now()
-				if err := tx.Commit(); err != nil {
-					return err
-				}
-				bracket("batch_tx", committing.Sub(began), time.Since(start))
-				time.Sleep(40 * time.Millisecond)
-			}
-			return nil
-		})
+		clients.run("batch_tx", func(ctx context.Context) error { return batchTransactions(ctx, db, deadline, b) })
 	}
 	// A user variable pins the session's backend until it disconnects.
-	work("uvar_pin", func(ctx context.Context) error {
-		for time.Now().Add(2 * time.Second).Before(deadline) {
-			conn, err := pinDB.Conn(ctx)
-			if err != nil {
-				return err
-			}
-			if err := conn.PingContext(ctx); err != nil { // logged in before the clock starts
-				return err
-			}
-			start := time.Now()
-			var set time.Time
-			for i := range 4 {
-				if _, err := conn.ExecContext(ctx, fmt.Sprintf("SET @x = %d", i)); err != nil {
-					return err
-				}
-				if i == 0 {
-					set = time.Now()
-				}
-				var x sql.NullInt64
-				if err := conn.QueryRowContext(ctx, "SELECT @x").Scan(&x); err != nil {
-					return err
-				}
-				if i < 3 {
-					time.Sleep(400 * time.Millisecond) // idle, the backend pinned
-				}
-			}
-			closing := time.Now()
-			if err := conn.Close(); err != nil { // MaxIdleConns 0: disconnects
-				return err
-			}
-			bracket("uvar_pin", closing.Sub(set), time.Since(start))
-			time.Sleep(100 * time.Millisecond)
-		}
-		return nil
-	})
+	clients.run("uvar_pin", func(ctx context.Context) error { return userVariablePins(ctx, pinDB, deadline, b) })
 	// Server-side prepared statements, from two clients.
 	for range 2 {
-		work("prepared", func(ctx context.Context) error {
-			start := time.Now()
-			stmt, err := db.PrepareContext(ctx, "SELECT SLEEP(0.05), ?")
-			if err != nil {
+		clients.run("prepared", func(ctx context.Context) error { return preparedStatements(ctx, db, deadline, b) })
+	}
+	clients.wait()
+	return b.inner, b.outer, b.holds
+}
+
+// clientBrackets is what the setups workload's clients measured per tag:
+// see runSetupsWorkload.
+type clientBrackets struct {
+	mu           sync.Mutex
+	inner, outer map[string]float64
+	holds        map[string][]float64
+}
+
+// bracket adds a hold of tag certainly held in, possibly held out.
+func (b *clientBrackets) bracket(tag string, in, out time.Duration) {
+	b.mu.Lock()
+	b.inner[tag] += in.Seconds()
+	b.outer[tag] += out.Seconds()
+	b.holds[tag] = append(b.holds[tag], (in+out).Seconds()/2)
+	b.mu.Unlock()
+}
+
+// hogTransactions is hog client id until deadline: transactions idle
+// w.hogIdle inside, with w.hogLock around a lock of row id of q.
+func hogTransactions(ctx context.Context, db *sql.DB, w setupsWorkload, id int, deadline time.Time, b *clientBrackets) error {
+	for time.Now().Before(deadline) {
+		start := time.Now()
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			return err
+		}
+		began := time.Now()
+		// Text protocol (literal id), as with interpolateParams:
+		// the prepared-statement tag has its own client below.
+		q := "SELECT 1"
+		if w.hogLock {
+			q = fmt.Sprintf("SELECT n FROM q WHERE id = %d FOR UPDATE", id)
+		}
+		if _, err := tx.ExecContext(ctx, q); err != nil {
+			return err
+		}
+		time.Sleep(w.hogIdle) // the workload: idle inside the transaction
+		if w.hogLock {
+			if _, err := tx.ExecContext(ctx, fmt.Sprintf("UPDATE q SET n = n + 1 WHERE id = %d", id)); err != nil {
 				return err
 			}
-			defer stmt.Close()
-			bracket("prepared", 0, time.Since(start))
-			for time.Now().Before(deadline) {
-				start := time.Now()
-				if _, err := stmt.ExecContext(ctx, 1); err != nil {
-					return err
-				}
-				bracket("prepared", 50*time.Millisecond, time.Since(start))
-				pause()
-			}
-			return nil
-		})
+		}
+		committing := time.Now()
+		if err := tx.Commit(); err != nil {
+			return err
+		}
+		b.bracket("hog", committing.Sub(began), time.Since(start))
+		time.Sleep(50 * time.Millisecond)
 	}
-	wg.Wait()
-	return inner, outer, holds
+	return nil
+}
+
+// randomPause sleeps 10 to 50 ms. Pauses are random so that the
+// statements do not beat with the collector's sampling.
+func randomPause() { time.Sleep(time.Duration(10+rand.IntN(40)) * time.Millisecond) }
+
+// shortAutocommits runs SELECT SLEEP(w.autocommitSleep) with random
+// pauses until deadline.
+func shortAutocommits(ctx context.Context, db *sql.DB, w setupsWorkload, deadline time.Time, b *clientBrackets) error {
+	sleep := fmt.Sprintf("SELECT SLEEP(%g)", w.autocommitSleep.Seconds())
+	for time.Now().Before(deadline) {
+		start := time.Now()
+		if _, err := db.ExecContext(ctx, sleep); err != nil {
+			return err
+		}
+		b.bracket("short_autocommit", w.autocommitSleep, time.Since(start))
+		randomPause()
+	}
+	return nil
+}
+
+// batchTransactions runs three-statement transactions until deadline.
+func batchTransactions(ctx context.Context, db *sql.DB, deadline time.Time, b *clientBrackets) error {
+	for time.Now().Before(deadline) {
+		start := time.Now()
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			return err
+		}
+		began := time.Now()
+		for range 3 {
+			if _, err := tx.ExecContext(ctx, "UPDATE q SET n = n + 1 WHERE id = 5"); err != nil {
+				return err
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		committing := time.Now()
+		if err := tx.Commit(); err != nil {
+			return err
+		}
+		b.bracket("batch_tx", committing.Sub(began), time.Since(start))
+		time.Sleep(40 * time.Millisecond)
+	}
+	return nil
+}
+
+// userVariablePins, until 2 s before deadline, sets a user variable on a
+// connection of pinDB, reads it four times 400 ms apart, and disconnects.
+func userVariablePins(ctx context.Context, pinDB *sql.DB, deadline time.Time, b *clientBrackets) error {
+	for time.Now().Add(2 * time.Second).Before(deadline) {
+		conn, err := pinDB.Conn(ctx)
+		if err != nil {
+			return err
+		}
+		if err := conn.PingContext(ctx); err != nil { // logged in before the clock starts
+			return err
+		}
+		start := time.Now()
+		var set time.Time
+		for i := range 4 {
+			if _, err := conn.ExecContext(ctx, fmt.Sprintf("SET @x = %d", i)); err != nil {
+				return err
+			}
+			if i == 0 {
+				set = time.Now()
+			}
+			var x sql.NullInt64
+			if err := conn.QueryRowContext(ctx, "SELECT @x").Scan(&x); err != nil {
+				return err
+			}
+			if i < 3 {
+				time.Sleep(400 * time.Millisecond) // idle, the backend pinned
+			}
+		}
+		closing := time.Now()
+		if err := conn.Close(); err != nil { // MaxIdleConns 0: disconnects
+			return err
+		}
+		b.bracket("uvar_pin", closing.Sub(set), time.Since(start))
+		time.Sleep(100 * time.Millisecond)
+	}
+	return nil
+}
+
+// preparedStatements prepares a statement and executes it with random
+// pauses until deadline.
+func preparedStatements(ctx context.Context, db *sql.DB, deadline time.Time, b *clientBrackets) error {
+	start := time.Now()
+	stmt, err := db.PrepareContext(ctx, "SELECT SLEEP(0.05), ?")
+	if err != nil {
+		return err
+	}
+	defer stmt.Close()
+	b.bracket("prepared", 0, time.Since(start))
+	for time.Now().Before(deadline) {
+		start := time.Now()
+		if _, err := stmt.ExecContext(ctx, 1); err != nil {
+			return err
+		}
+		b.bracket("prepared", 50*time.Millisecond, time.Since(start))
+		randomPause()
+	}
+	return nil
 }
 
 // samplingSigma is the standard error, in seconds, of a processlist

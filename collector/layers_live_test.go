@@ -328,20 +328,7 @@ func checkLayersAsClientMeasured(t *testing.T, c *Collector, row map[string]TopR
 // trip is then close to the time the server works.
 func warmProxySQL(t *testing.T, px *testenv.ProxySQL) {
 	t.Helper()
-	db, err := sql.Open("mysql", px.AppDSN())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	var wg sync.WaitGroup
-	for range 6 {
-		wg.Go(func() {
-			if _, err := db.Exec("SELECT SLEEP(0.1)"); err != nil {
-				t.Error(err)
-			}
-		})
-	}
-	wg.Wait()
+	warmBackends(t, px, 6, "SELECT SLEEP(0.1)")
 }
 
 // pollCount counts the successful polls of every source.

@@ -318,6 +318,8 @@ type Collector struct {
 	metrics *otlp.MetricsReceiver // nil unless OTLP.Metrics
 	router  *spanRouter           // nil without the OTLP receiver
 	board   *board
+	// sources are the targets' polled sources, listed by New, run by Run.
+	sources []polled
 	// pollSeconds is how long each poll took, failed ones included: the
 	// runner's, so every polled source has it.
 	pollSeconds *prometheus.HistogramVec
@@ -342,13 +344,32 @@ func New(cfg Config) (*Collector, error) {
 	}
 	c := &Collector{cfg: cfg, st: newStore(cfg.MaxTags, time.Now), router: router, board: &board{}}
 	c.st.otlpMetrics = cfg.OTLP.Enabled && cfg.OTLP.Metrics
-	// Each target's main source is known (and down) from the start, so
-	// that Ready means "every target has answered", not "nothing has run".
+	if err := c.addTargets(); err != nil {
+		c.closeTargets()
+		return nil, fmt.Errorf("collector config: %w", err)
+	}
+	if cfg.RecordDir != "" {
+		if err := os.MkdirAll(cfg.RecordDir, 0o755); err != nil {
+			c.closeTargets()
+			return nil, fmt.Errorf("create record directory: %w: check the path and permissions", err)
+		}
+	}
+	if err := c.registerMetrics(); err != nil {
+		c.closeTargets()
+		return nil, fmt.Errorf("register collector metrics: %w: give each Collector its own registry", err)
+	}
+	return c, nil
+}
+
+// addTargets makes the configured targets and lists their polled sources.
+// Each target's main source is known (and down) from the start, so that
+// Ready means "every target has answered", not "nothing has run".
+func (c *Collector) addTargets() error {
+	cfg := c.cfg
 	for _, p := range cfg.ProxySQL {
 		t, err := newProxySQLTarget(c.st, cfg, c.board, c.router, p)
 		if err != nil {
-			c.closeTargets()
-			return nil, fmt.Errorf("collector config: proxysql target %q: %w", p.Name, err)
+			return fmt.Errorf("proxysql target %q: %w", p.Name, err)
 		}
 		c.proxies = append(c.proxies, t)
 		if c.router.proxyHinted(cfg, p.Name) {
@@ -361,16 +382,17 @@ func New(cfg Config) (*Collector, error) {
 		} else {
 			c.st.setHeadline(p.Name, SourceProxySQLProcesslist)
 		}
+		c.sources = append(c.sources, t.polled()...)
 	}
 	for _, m := range cfg.MySQL {
 		t, err := newMySQLTarget(c.st, cfg, c.router, m)
 		if err != nil {
-			c.closeTargets()
-			return nil, fmt.Errorf("collector config: mysql target %q: %w", m.Name, err)
+			return fmt.Errorf("mysql target %q: %w", m.Name, err)
 		}
 		c.mysqls = append(c.mysqls, t)
 		c.board.joins = append(c.board.joins, t.join)
 		t.join.proxied = len(cfg.ProxySQL) > 0
+		c.sources = append(c.sources, t.polled()...)
 		if m.JoinOnly {
 			// Known, with no layer: its figures are another collector's.
 			c.st.setJoinOnly(m.Name, SourceMySQL)
@@ -381,12 +403,22 @@ func New(cfg Config) (*Collector, error) {
 		}
 		c.st.setHeadline(m.Name, SourceMySQL)
 	}
-	if cfg.RecordDir != "" {
-		if err := os.MkdirAll(cfg.RecordDir, 0o755); err != nil {
-			c.closeTargets()
-			return nil, fmt.Errorf("create record directory: %w: check the path and permissions", err)
+	if cfg.OTLP.Enabled {
+		c.otlp = &otlp.Receiver{Sink: storeSink{c.st, cfg.OTLP.Target, SourceOTLP}, Router: c.router,
+			MaxTags: cfg.MaxTags, MaxBody: cfg.OTLP.MaxBodyBytes, MaxHold: cfg.OTLP.MaxHold, Started: time.Now(), HintsOnly: cfg.OTLP.Metrics}
+		if cfg.OTLP.Metrics {
+			c.metrics = &otlp.MetricsReceiver{Sink: storeSink{c.st, cfg.OTLP.Target, SourceOTLP},
+				MaxTags: cfg.MaxTags, MaxBody: cfg.OTLP.MaxBodyBytes, Started: c.otlp.Started}
 		}
+		// Waiting until the first export: up only while spans arrive.
+		c.st.setHeadline(cfg.OTLP.Target, SourceOTLP)
 	}
+	return nil
+}
+
+// registerMetrics registers the runner's poll timing, the store's families,
+// every polled source's own (ownMetrics) and the OTLP receiver's.
+func (c *Collector) registerMetrics() error {
 	c.pollSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name: "holdtime_collector_poll_duration_seconds",
 		Help: "How long one poll of a source took, connecting included, failed polls too. A poll near its source's interval cannot keep up; near Config.Timeout it is timing out.",
@@ -404,39 +436,27 @@ func New(cfg Config) (*Collector, error) {
 		Name: "holdtime_collector_poll_lag_seconds",
 		Help: "How late the last poll of a source started against when it was due (0 on schedule; a failed source is due again at its interval, so its first good poll shows how long it was behind). Near or above an interval the source is falling behind.",
 	}, []string{"target", "source"})
-	register := func(cs ...prometheus.Collector) error {
-		for _, m := range cs {
-			if err := cfg.Registerer.Register(m); err != nil {
-				c.closeTargets()
-				return fmt.Errorf("register collector metrics: %w: give each Collector its own registry", err)
-			}
+	cs := []prometheus.Collector{c.pollsLate, c.pollLag, c.pollSeconds, newMetricsCollector(c.st)}
+	for _, p := range c.sources {
+		if p.own != nil {
+			cs = append(cs, p.own)
 		}
-		return nil
 	}
-	if err := register(c.pollsLate, c.pollLag, c.pollSeconds, newMetricsCollector(c.st)); err != nil {
-		return nil, err
+	if c.metrics != nil {
+		cs = append(cs, prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "holdtime_collector_otlp_metric_series",
+			Help: "Counter series the OTLP metrics receiver remembers (cumulative baselines, about 200 bytes each, " +
+				"at most 100,000; forgotten after 10 minutes unseen).",
+			ConstLabels: prometheus.Labels{"target": c.cfg.OTLP.Target}}, func() float64 { return float64(c.metrics.Series()) }))
 	}
-	if cfg.OTLP.Enabled {
-		c.otlp = &otlp.Receiver{Sink: storeSink{c.st, cfg.OTLP.Target, SourceOTLP}, Router: c.router,
-			MaxTags: cfg.MaxTags, MaxBody: cfg.OTLP.MaxBodyBytes, MaxHold: cfg.OTLP.MaxHold, Started: time.Now(), HintsOnly: cfg.OTLP.Metrics}
-		if cfg.OTLP.Metrics {
-			c.metrics = &otlp.MetricsReceiver{Sink: storeSink{c.st, cfg.OTLP.Target, SourceOTLP},
-				MaxTags: cfg.MaxTags, MaxBody: cfg.OTLP.MaxBodyBytes, Started: c.otlp.Started}
-			series := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "holdtime_collector_otlp_metric_series",
-				Help: "Counter series the OTLP metrics receiver remembers (cumulative baselines, about 200 bytes each, " +
-					"at most 100,000; forgotten after 10 minutes unseen).",
-				ConstLabels: prometheus.Labels{"target": cfg.OTLP.Target}}, func() float64 { return float64(c.metrics.Series()) })
-			if err := register(series); err != nil {
-				return nil, err
-			}
+	if c.otlp != nil {
+		cs = append(cs, newSpanRouterMetrics(c.router, c.cfg.OTLP.Target))
+	}
+	for _, m := range cs {
+		if err := c.cfg.Registerer.Register(m); err != nil {
+			return err
 		}
-		if err := register(newSpanRouterMetrics(c.router, cfg.OTLP.Target)); err != nil {
-			return nil, err
-		}
-		// Waiting until the first export: up only while spans arrive.
-		c.st.setHeadline(cfg.OTLP.Target, SourceOTLP)
 	}
-	return c, nil
+	return nil
 }
 
 // closeTargets releases the pools of the targets New made before failing.
@@ -457,15 +477,8 @@ func (c *Collector) Run(ctx context.Context) error {
 	if !c.running.TryLock() {
 		return errors.New("collector is already running: create another Collector")
 	}
-	var all []polled
-	for _, p := range c.proxies {
-		all = append(all, p.polled()...)
-	}
-	for _, m := range c.mysqls {
-		all = append(all, m.polled()...)
-	}
 	var wg sync.WaitGroup
-	for _, src := range all {
+	for _, src := range c.sources {
 		p := &poller{c: c, polled: src}
 		wg.Go(func() {
 			if p.stop != nil {
@@ -513,6 +526,9 @@ type polled struct {
 	failure func(error) Failure
 	// stop, when set, runs once the runner returns (the tailer's file).
 	stop func()
+	// own, when set, are the source's figures without a tag: New
+	// registers them, the runner drops them while the source is down.
+	own *ownMetrics
 }
 
 // poller runs one polled source for the Collector.
@@ -571,6 +587,9 @@ func (p *poller) run(ctx context.Context) {
 			kind := FailureOf(err)
 			if p.failure != nil {
 				kind = p.failure(err)
+			}
+			if p.own != nil {
+				p.own.drop() // first: a source the store says is down never shows stale figures
 			}
 			p.c.st.failure(p.target, p.source, scrub(err, p.secret), kind)
 			backoff = min(max(2*backoff, 100*time.Millisecond), p.c.cfg.MaxBackoff)

@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	coltrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
@@ -27,6 +28,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/holdtime/holdtime/conntag"
+	"github.com/holdtime/holdtime/locks"
 	"github.com/holdtime/holdtime/testenv"
 )
 
@@ -503,10 +505,18 @@ func TestPromtoolCheckMetrics(t *testing.T) {
 	}
 	filled := replay(t, "testdata/states_processlist_samples_extended.tsv", "testdata/states_eventslog_events.json", time.Second)
 	c.st.series = filled.series
-	c.st.setGauges("px", SourceProxySQLPool, func(_ *series, g *gauges) {
-		g.pool = []PoolServer{{Hostgroup: 0, Server: "127.0.0.1:3307", ConnUsed: 1, ConnFree: 2, Queries: 10, LatencyUS: 300}}
-		g.global = &proxysqlGlobal{clientConnections: 3}
-	})
+	pool := newPoolMetrics("px")
+	pool.set([]PoolServer{{Hostgroup: 0, Server: "127.0.0.1:3307", ConnUsed: 1, ConnFree: 2, Queries: 10, LatencyUS: 300}},
+		&proxysqlGlobal{clientConnections: 3})
+	sat := newSaturationMetrics("db")
+	sat.set(locks.Saturation{ThreadsRunning: 1, ThreadsConnected: 2, MaxConnections: 3, QueueKnown: true, QueueSource: "none"}, true)
+	waiting := newWaitingMetrics("px")
+	waiting.set(1)
+	for _, m := range []prometheus.Collector{pool, sat, waiting} {
+		if err := c.cfg.Registerer.Register(m); err != nil {
+			t.Fatal(err)
+		}
+	}
 	c.st.setGauges("db", SourceMySQL, func(_ *series, g *gauges) {
 		g.trx = map[string]trxFigures{"a": {1, 2, 3}}
 		g.waits = map[[2]string]int{{"a", "b"}: 1}
@@ -522,7 +532,8 @@ func TestPromtoolCheckMetrics(t *testing.T) {
 	resp.Body.Close()
 	for _, fam := range []string{"holdtime_collector_hold_seconds_total", "holdtime_collector_pinned_sessions",
 		"holdtime_collector_pinned_seconds_total", "holdtime_proxysql_pool_connections", "holdtime_mysql_lock_waits",
-		"holdtime_source_up", "holdtime_collector_tags_overflow_total"} {
+		"holdtime_source_up", "holdtime_collector_tags_overflow_total", "holdtime_proxysql_client_connections",
+		"holdtime_mysql_threads_running", "holdtime_mysql_thread_queue", "holdtime_proxysql_waiting_sessions"} {
 		if !bytes.Contains(body, []byte("\n"+fam+"{")) {
 			t.Errorf("/metrics lacks %s", fam)
 		}

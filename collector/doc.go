@@ -256,10 +256,21 @@
 //     (state=used|free), holdtime_proxysql_pool_connection_errors_total,
 //     holdtime_proxysql_pool_queries_total (ProxySQL's own counters),
 //     holdtime_proxysql_pool_latency_seconds{target,hostgroup,server}.
-//   - Added: holdtime_proxysql_client_connections{target},
+//   - holdtime_proxysql_client_connections{target},
 //     holdtime_proxysql_active_transactions{target},
 //     holdtime_proxysql_connpool_get_failures_total{target} from
 //     stats_mysql_global: pool saturation seen from the client side.
+//   - holdtime_proxysql_waiting_sessions{target}: sessions waiting for a
+//     backend now (their wait is credited per tag in
+//     holdtime_collector_wait_seconds_total once a tag names them).
+//   - holdtime_mysql_threads_running, holdtime_mysql_threads_connected,
+//     holdtime_mysql_max_connections, holdtime_mysql_thread_queue{queue},
+//     holdtime_mysql_thread_queue_oldest_seconds,
+//     holdtime_mysql_lock_output_enabled (every {target}; source
+//     mysql_locks), beside holdtime_mysql_locks and
+//     holdtime_mysql_deadlocks_total per tag.
+//   - Like every gauge, the families above are absent while their source
+//     is down (holdtime_source_up 0): unknown, never their last value.
 //   - holdtime_mysql_transactions{target,conn_tag},
 //     holdtime_mysql_transaction_max_age_seconds{target,conn_tag},
 //     holdtime_mysql_rows_locked{target,conn_tag},

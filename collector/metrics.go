@@ -1,8 +1,6 @@
 package collector
 
 import (
-	"strconv"
-
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/holdtime/holdtime/collector/internal/trxjoin"
@@ -14,21 +12,16 @@ import (
 type metricsCollector struct {
 	s *store
 
-	hold, idle, active, stmts, errs  *prometheus.Desc
-	sessions, pinned, pinnedSecs     *prometheus.Desc
-	poolConns, poolErrs, poolQueries *prometheus.Desc
-	poolLatency                      *prometheus.Desc
-	clientConns, activeTrx, getFails *prometheus.Desc
-	trx, trxAge, rowsLocked, waits   *prometheus.Desc
-	up, lastSuccess, overflow, bad   *prometheus.Desc
-	state, degraded                  *prometheus.Desc
+	hold, idle, active, stmts, errs *prometheus.Desc
+	sessions, pinned, pinnedSecs    *prometheus.Desc
+	trx, trxAge, rowsLocked, waits  *prometheus.Desc
+	up, lastSuccess, overflow, bad  *prometheus.Desc
+	state, degraded                 *prometheus.Desc
 
 	layerHold, layerIdle, layerActive *prometheus.Desc
 	layerStmts, layerErrs             *prometheus.Desc
-	wait, layerWait, waiting          *prometheus.Desc
-	locks, deadlocks, lockOutput      *prometheus.Desc
-	thrRunning, thrConnected, maxConn *prometheus.Desc
-	thrQueue, thrQueueOldest          *prometheus.Desc
+	wait, layerWait                   *prometheus.Desc
+	locks, deadlocks                  *prometheus.Desc
 	layerSessions, layerSource        *prometheus.Desc
 	joinHold                          *prometheus.Desc
 }
@@ -36,7 +29,6 @@ type metricsCollector struct {
 func newMetricsCollector(s *store) *metricsCollector {
 	tagLabels := []string{"target", "source", "conn_tag"}
 	pinLabels := []string{"target", "conn_tag", "reason"}
-	poolLabels := []string{"target", "hostgroup", "server"}
 	srcLabels := []string{"target", "source"}
 	layerLabels := []string{"target", "layer", "conn_tag"}
 	d := prometheus.NewDesc
@@ -51,16 +43,9 @@ func newMetricsCollector(s *store) *metricsCollector {
 
 		wait:      d("holdtime_collector_wait_seconds_total", "Seconds statements waited for a connection, per tag: at ProxySQL, for a backend (sessions with no backend in state Connect; the tag comes from what the session ran next, the events log or an app span, else unknown). Not part of hold."+perSource, tagLabels, nil),
 		layerWait: d("holdtime_collector_layer_wait_seconds_total", "Seconds statements waited for a connection per tag at a layer (proxy: for a ProxySQL backend), from the layer's headline source: the tags that suffer, beside holdtime_collector_layer_hold_seconds_total, the tags that cause it.", layerLabels, nil),
-		waiting:   d("holdtime_proxysql_waiting_sessions", "ProxySQL client sessions waiting for a backend connection now (sampled from stats_mysql_processlist).", []string{"target"}, nil),
 
-		locks:          d("holdtime_mysql_locks", "InnoDB locks held (state=held) and waited for (state=waiting) by open transactions, per tag and kind (record, gap, next_key, insert_intention, supremum, table_*): rows for record kinds, tables for table kinds. Read every LocksInterval (source mysql_locks); MariaDB lists locks only with innodb_status_output_locks=ON (holdtime_mysql_lock_output_enabled).", []string{"target", "conn_tag", "kind", "state"}, nil),
-		deadlocks:      d("holdtime_mysql_deadlocks_total", "InnoDB deadlocks, each counted once, by the tag of the victim transaction (rolled back) and of the other; unknown, unknown for deadlocks the server counted whose detail was overwritten before a read.", []string{"target", "victim_tag", "other_tag"}, nil),
-		lockOutput:     d("holdtime_mysql_lock_output_enabled", "1 when the server lists locks (MySQL 8 always; MariaDB with innodb_status_output_locks=ON), else 0: holdtime_mysql_locks is then absent. The collector never changes the setting.", []string{"target"}, nil),
-		thrRunning:     d("holdtime_mysql_threads_running", "Threads_running: statements the server is executing now.", []string{"target"}, nil),
-		thrConnected:   d("holdtime_mysql_threads_connected", "Threads_connected: client connections.", []string{"target"}, nil),
-		maxConn:        d("holdtime_mysql_max_connections", "max_connections.", []string{"target"}, nil),
-		thrQueue:       d("holdtime_mysql_thread_queue", "Statements waiting for a thread to run them, when the server queues them and the queue can be read: queue=thread_pool (MariaDB thread_handling=pool-of-threads, THREAD_POOL_GROUPS QUEUE_LENGTH), innodb_thread_concurrency (MySQL, ROW OPERATIONS' queries in queue), none (one thread per connection: never a queue). Absent when the queue cannot be read.", []string{"target", "queue"}, nil),
-		thrQueueOldest: d("holdtime_mysql_thread_queue_oldest_seconds", "How long the oldest statement queued in MariaDB's thread pool has waited (THREAD_POOL_QUEUES).", []string{"target"}, nil),
+		locks:     d("holdtime_mysql_locks", "InnoDB locks held (state=held) and waited for (state=waiting) by open transactions, per tag and kind (record, gap, next_key, insert_intention, supremum, table_*): rows for record kinds, tables for table kinds. Read every LocksInterval (source mysql_locks); MariaDB lists locks only with innodb_status_output_locks=ON (holdtime_mysql_lock_output_enabled).", []string{"target", "conn_tag", "kind", "state"}, nil),
+		deadlocks: d("holdtime_mysql_deadlocks_total", "InnoDB deadlocks, each counted once, by the tag of the victim transaction (rolled back) and of the other; unknown, unknown for deadlocks the server counted whose detail was overwritten before a read.", []string{"target", "victim_tag", "other_tag"}, nil),
 
 		layerHold:     d("holdtime_collector_layer_hold_seconds_total", "Seconds connections were held per tag at a layer (app: client pool, proxy: ProxySQL backend, server: MySQL connection), from the layer's headline source (holdtime_collector_layer_source). rate() is occupancy; sum over target, never over layer.", layerLabels, nil),
 		layerIdle:     d("holdtime_collector_layer_idle_hold_seconds_total", "Seconds connections were held with no statement running, per tag and layer, from the layer's headline source.", layerLabels, nil),
@@ -73,14 +58,6 @@ func newMetricsCollector(s *store) *metricsCollector {
 		sessions:   d("holdtime_collector_sessions", "Sessions currently holding a backend (ProxySQL) or server connection (MySQL), per tag."+perSource, tagLabels, nil),
 		pinned:     d("holdtime_collector_pinned_sessions", "ProxySQL sessions idle with a backend attached, per tag and the reason multiplexing is off.", pinLabels, nil),
 		pinnedSecs: d("holdtime_collector_pinned_seconds_total", "Seconds ProxySQL sessions were idle with a backend attached, per tag and reason.", pinLabels, nil),
-
-		poolConns:   d("holdtime_proxysql_pool_connections", "ProxySQL backend connections per hostgroup and server (state=used|free).", []string{"target", "hostgroup", "server", "state"}, nil),
-		poolErrs:    d("holdtime_proxysql_pool_connection_errors_total", "ProxySQL backend connection errors (ConnERR).", poolLabels, nil),
-		poolQueries: d("holdtime_proxysql_pool_queries_total", "Queries ProxySQL sent to the backend server.", poolLabels, nil),
-		poolLatency: d("holdtime_proxysql_pool_latency_seconds", "ProxySQL's ping latency to the backend server (Latency_us).", poolLabels, nil),
-		clientConns: d("holdtime_proxysql_client_connections", "Client connections to ProxySQL (Client_Connections_connected).", []string{"target"}, nil),
-		activeTrx:   d("holdtime_proxysql_active_transactions", "Transactions open through ProxySQL (Active_Transactions).", []string{"target"}, nil),
-		getFails:    d("holdtime_proxysql_connpool_get_failures_total", "Times ProxySQL could not get a backend connection from its pool (ConnPool_get_conn_failure).", []string{"target"}, nil),
 
 		trx:        d("holdtime_mysql_transactions", "Open InnoDB transactions per tag.", []string{"target", "conn_tag"}, nil),
 		trxAge:     d("holdtime_mysql_transaction_max_age_seconds", "Age of the oldest open InnoDB transaction per tag.", []string{"target", "conn_tag"}, nil),
@@ -101,11 +78,9 @@ func newMetricsCollector(s *store) *metricsCollector {
 // check names and label sets once.
 func (m *metricsCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{m.hold, m.idle, m.active, m.stmts, m.errs, m.sessions, m.pinned, m.pinnedSecs,
-		m.poolConns, m.poolErrs, m.poolQueries, m.poolLatency, m.clientConns, m.activeTrx, m.getFails,
 		m.trx, m.trxAge, m.rowsLocked, m.waits, m.up, m.lastSuccess, m.overflow, m.bad, m.state, m.degraded,
 		m.layerHold, m.layerIdle, m.layerActive, m.layerStmts, m.layerErrs, m.layerSessions, m.layerSource,
-		m.wait, m.layerWait, m.waiting, m.locks, m.deadlocks, m.lockOutput, m.thrRunning, m.thrConnected, m.maxConn,
-		m.thrQueue, m.thrQueueOldest, m.joinHold} {
+		m.wait, m.layerWait, m.locks, m.deadlocks, m.joinHold} {
 		ch <- d
 	}
 }
@@ -207,13 +182,9 @@ func (m *metricsCollector) collectGauges(ch chan<- prometheus.Metric, k seriesKe
 	for tr, n := range gs.pinned {
 		ch <- prometheus.MustNewConstMetric(m.pinned, g, float64(n), t, tr[0], tr[1])
 	}
-	if k.source == SourceProxySQLProcesslist {
-		ch <- prometheus.MustNewConstMetric(m.waiting, g, float64(gs.waiting), t)
-	}
 	if lf := gs.locks; lf != nil {
 		m.collectLocks(ch, t, lf)
 	}
-	m.collectPool(ch, t, gs)
 	for tag, f := range gs.trx {
 		ch <- prometheus.MustNewConstMetric(m.trx, g, float64(f.count), t, tag)
 		ch <- prometheus.MustNewConstMetric(m.trxAge, g, f.maxAge, t, tag)
@@ -224,8 +195,8 @@ func (m *metricsCollector) collectGauges(ch chan<- prometheus.Metric, k seriesKe
 	}
 }
 
-// collectLocks sends the mysql_locks source's locks, deadlocks and thread
-// saturation.
+// collectLocks sends the mysql_locks source's locks and deadlocks per tag
+// (its families without a tag are its own: saturationMetrics).
 func (m *metricsCollector) collectLocks(ch chan<- prometheus.Metric, t string, lf *lockFigures) {
 	g := prometheus.GaugeValue
 	for k, n := range lf.locks {
@@ -233,34 +204,6 @@ func (m *metricsCollector) collectLocks(ch chan<- prometheus.Metric, t string, l
 	}
 	for k, n := range lf.deadlocks {
 		ch <- prometheus.MustNewConstMetric(m.deadlocks, prometheus.CounterValue, n, t, k[0], k[1])
-	}
-	ch <- prometheus.MustNewConstMetric(m.lockOutput, g, b2f(lf.lockOutputOn), t)
-	ch <- prometheus.MustNewConstMetric(m.thrRunning, g, float64(lf.sat.ThreadsRunning), t)
-	ch <- prometheus.MustNewConstMetric(m.thrConnected, g, float64(lf.sat.ThreadsConnected), t)
-	ch <- prometheus.MustNewConstMetric(m.maxConn, g, float64(lf.sat.MaxConnections), t)
-	if lf.sat.QueueKnown {
-		ch <- prometheus.MustNewConstMetric(m.thrQueue, g, float64(lf.sat.Queued), t, lf.sat.QueueSource)
-	}
-	if tp := lf.sat.ThreadPool; tp != nil {
-		ch <- prometheus.MustNewConstMetric(m.thrQueueOldest, g, tp.OldestQueuedSeconds, t)
-	}
-}
-
-// collectPool sends ProxySQL's connection pool and global status.
-func (m *metricsCollector) collectPool(ch chan<- prometheus.Metric, t string, gs *gauges) {
-	g, c := prometheus.GaugeValue, prometheus.CounterValue
-	for _, p := range gs.pool {
-		hg := strconv.FormatInt(p.Hostgroup, 10)
-		ch <- prometheus.MustNewConstMetric(m.poolConns, g, float64(p.ConnUsed), t, hg, p.Server, "used")
-		ch <- prometheus.MustNewConstMetric(m.poolConns, g, float64(p.ConnFree), t, hg, p.Server, "free")
-		ch <- prometheus.MustNewConstMetric(m.poolErrs, c, float64(p.ConnERR), t, hg, p.Server)
-		ch <- prometheus.MustNewConstMetric(m.poolQueries, c, float64(p.Queries), t, hg, p.Server)
-		ch <- prometheus.MustNewConstMetric(m.poolLatency, g, float64(p.LatencyUS)/1e6, t, hg, p.Server)
-	}
-	if gl := gs.global; gl != nil {
-		ch <- prometheus.MustNewConstMetric(m.clientConns, g, gl.clientConnections, t)
-		ch <- prometheus.MustNewConstMetric(m.activeTrx, g, gl.activeTransactions, t)
-		ch <- prometheus.MustNewConstMetric(m.getFails, c, gl.getConnFailures, t)
 	}
 }
 

@@ -25,10 +25,7 @@ type lockFigures struct {
 	locks map[[3]string]int
 	// deadlocks counts each deadlock once, by victim and other tag;
 	// cumulative.
-	deadlocks       map[[2]string]float64
-	sat             locks.Saturation
-	lockOutputOn    bool // MariaDB: innodb_status_output_locks, else true
-	statusTruncated bool
+	deadlocks map[[2]string]float64
 }
 
 // locksReader reads a server's locks on its own connection. Its statements
@@ -39,6 +36,8 @@ type locksReader struct {
 	db        *sql.DB
 	reader    *locks.Reader
 	deadlocks *locks.Deadlocks
+
+	sat *saturationMetrics // the source's own figures without a tag
 
 	mu         sync.Mutex
 	cumulative map[[2]string]float64
@@ -84,7 +83,8 @@ func newLocksReader(m *mysqlTarget, dsn string, timeout time.Duration) (*locksRe
 		db.Close()
 		return nil, err
 	}
-	return &locksReader{m: m, db: db, reader: r, deadlocks: locks.NewDeadlocks(64), cumulative: map[[2]string]float64{}}, nil
+	return &locksReader{m: m, db: db, reader: r, deadlocks: locks.NewDeadlocks(64), cumulative: map[[2]string]float64{},
+		sat: newSaturationMetrics(m.cfg.Name)}, nil
 }
 
 // transactionTag is the MySQL source's record of a session's current
@@ -146,8 +146,8 @@ func (l *locksReader) poll(ctx context.Context) error {
 		deadlocks[k] = v
 	}
 	l.mu.Unlock()
-	f := &lockFigures{locks: map[[3]string]int{}, sat: snap.Saturation,
-		lockOutputOn: !snap.LockOutput.Needed || snap.LockOutput.Enabled, statusTruncated: snap.StatusTruncated}
+	l.sat.set(snap.Saturation, !snap.LockOutput.Needed || snap.LockOutput.Enabled)
+	f := &lockFigures{locks: map[[3]string]int{}}
 	st := l.m.st
 	target := l.m.cfg.Name
 	st.setGauges(target, SourceMySQLLocks, func(_ *series, g *gauges) {

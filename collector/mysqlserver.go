@@ -275,7 +275,7 @@ func (m *mysqlTarget) polled() []polled {
 	out := []polled{{target: m.cfg.Name, source: SourceMySQL, interval: m.cfg.Interval, poll: m.poll, secret: m.secret, causes: m.causes}}
 	if m.locks != nil {
 		out = append(out, polled{target: m.cfg.Name, source: SourceMySQLLocks, interval: m.cfg.LocksInterval, poll: m.locks.poll,
-			secret: m.secret, causes: m.causes})
+			secret: m.secret, causes: m.causes, own: m.locks.sat.ownMetrics})
 	}
 	return out
 }

@@ -52,6 +52,7 @@ type proxysqlTarget struct {
 
 	rows    []ProcesslistRow // reused between samples
 	digests *digestState
+	pool    *poolMetrics // the pool source's own figures
 
 	recMu  sync.Mutex
 	recs   map[string]*attrib.TableRecorder
@@ -83,21 +84,22 @@ func newProxySQLTarget(st *store, ccfg Config, b *board, router *spanRouter, cfg
 	}
 	t := &proxysqlTarget{st: st, log: ccfg.Logger, recordDir: ccfg.RecordDir, cfg: cfg, secret: mc.Passwd, db: db, causes: mc.Logger.(*causeLogger),
 		sessions: newProxySQLSessions(cfg.Name, st, pc, cfg.EventsLog != "", router.proxyHinted(ccfg, cfg.Name), cfg.TagGrace, joins),
-		digests:  newDigestState(), recs: map[string]*attrib.TableRecorder{}}
+		digests:  newDigestState(), recs: map[string]*attrib.TableRecorder{}, pool: newPoolMetrics(cfg.Name)}
+	t.sessions.waitingNow = newWaitingMetrics(cfg.Name)
 	return t, nil
 }
 
 // polled lists the target's polled sources: processlist, digests, pool
 // and, when configured, the events log.
 func (t *proxysqlTarget) polled() []polled {
-	src := func(s Source, interval time.Duration, poll func(context.Context) error) polled {
-		return polled{target: t.cfg.Name, source: s, interval: interval, poll: poll, secret: t.secret, causes: t.causes}
+	src := func(s Source, interval time.Duration, poll func(context.Context) error, own *ownMetrics) polled {
+		return polled{target: t.cfg.Name, source: s, interval: interval, poll: poll, secret: t.secret, causes: t.causes, own: own}
 	}
-	out := []polled{src(SourceProxySQLProcesslist, t.cfg.ProcesslistInterval, t.pollProcesslist)}
+	out := []polled{src(SourceProxySQLProcesslist, t.cfg.ProcesslistInterval, t.pollProcesslist, t.sessions.waitingNow.ownMetrics)}
 	if t.cfg.DigestInterval > 0 {
-		out = append(out, src(SourceProxySQLDigest, t.cfg.DigestInterval, t.pollDigest))
+		out = append(out, src(SourceProxySQLDigest, t.cfg.DigestInterval, t.pollDigest, nil))
 	}
-	out = append(out, src(SourceProxySQLPool, t.cfg.PoolInterval, t.pollPool))
+	out = append(out, src(SourceProxySQLPool, t.cfg.PoolInterval, t.pollPool, t.pool.ownMetrics))
 	if t.cfg.EventsLog != "" {
 		tl := &tailer{path: t.cfg.EventsLog, poll: t.cfg.EventsLogPoll, target: t.cfg.Name, sessions: t.sessions,
 			sink: storeSink{t.st, t.cfg.Name, SourceProxySQLEvents}, log: t.log}
@@ -503,9 +505,7 @@ func (t *proxysqlTarget) pollPool(ctx context.Context) error {
 	}
 	global, gbad := parseGlobal(graw)
 	t.st.malformed(t.cfg.Name, SourceProxySQLPool, bad+gbad)
-	t.st.setGauges(t.cfg.Name, SourceProxySQLPool, func(_ *series, g *gauges) {
-		g.pool, g.global = pool, global
-	})
+	t.pool.set(pool, global)
 	return errors.Join(t.record("stats_mysql_connection_pool", at, cols, raw),
 		t.record("stats_mysql_global", at, gcols, graw))
 }

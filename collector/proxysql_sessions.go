@@ -144,6 +144,9 @@ type proxysqlSessions struct {
 
 	attr    *Attributor // nil without an events log
 	sampler *SampleAttributor
+	// waitingNow publishes the sessions waiting for a backend (the
+	// processlist source's own family); nil in tests that need none.
+	waitingNow *waitingMetrics
 	// parseExt is parseExt; the benchmarks swap in the former key by key
 	// scans as their baseline.
 	parseExt func(r *ProcesslistRow, ext *attrib.ExtInfo) (*attrib.ExtInfo, string)
@@ -714,12 +717,14 @@ func (p *proxysqlSessions) flush() {
 	if p.attr != nil {
 		p.flushEventsLocked()
 	}
+	if p.waitingNow != nil {
+		p.waitingNow.set(p.waiting)
+	}
 	p.st.setGauges(p.target, SourceProxySQLProcesslist, func(sr *series, g *gauges) {
 		g.sessions = make(map[string]int, len(p.sessions))
 		for tag, n := range p.sessions {
 			g.sessions[p.st.capTag(sr, tag)] += n
 		}
-		g.waiting = p.waiting
 		g.pinned = make(map[[2]string]int, len(p.pinned))
 		for tr, n := range p.pinned {
 			g.pinned[[2]string{p.st.capTag(sr, tr[0]), tr[1]}] += n

@@ -2,6 +2,7 @@ package collector
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -95,5 +96,80 @@ func TestLatePollsSayWhy(t *testing.T) {
 	}
 	if got := lateCause(due, due.Add(-5*time.Millisecond), due.Add(100*time.Millisecond)); got != lateDelayed {
 		t.Errorf("the previous poll ended before due, this one started 100 ms late: %s", got)
+	}
+}
+
+// TestADownSourceShowsNoStaleOwnFigures: a source's figures without a tag
+// (here the ProxySQL pool's) are served while it answers and absent from
+// the moment its poll fails, never its last good values, as the per-tag
+// gauges in the store.
+func TestADownSourceShowsNoStaleOwnFigures(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	c, err := New(Config{Registerer: reg, OTLP: OTLPConfig{Enabled: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := newPoolMetrics("px")
+	if err := reg.Register(pool); err != nil {
+		t.Fatal(err)
+	}
+	polled1, fail := make(chan struct{}), make(chan struct{})
+	failed := make(chan struct{}, 1)
+	n := 0
+	p := &poller{c: c, polled: polled{target: "px", source: SourceProxySQLPool, interval: time.Millisecond, own: pool.ownMetrics,
+		poll: func(ctx context.Context) error {
+			n++
+			if n == 1 {
+				pool.set([]PoolServer{{Server: "db:3306", ConnUsed: 2}}, &proxysqlGlobal{clientConnections: 5})
+				return nil
+			}
+			if n == 2 {
+				close(polled1)
+				<-fail
+			}
+			return errors.New("connection refused")
+		}}}
+	c.onPoll = func(_ string, _ Source, err error) {
+		if err != nil {
+			select {
+			case failed <- struct{}{}:
+			default:
+			}
+		}
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { p.run(ctx); close(done) }()
+	defer func() { stop(); <-done }()
+	families := func() map[string]bool {
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]bool{}
+		for _, mf := range mfs {
+			out[mf.GetName()] = true
+		}
+		return out
+	}
+	<-polled1
+	up := families()
+	for _, f := range []string{"holdtime_proxysql_pool_connections", "holdtime_proxysql_client_connections"} {
+		if !up[f] {
+			t.Errorf("up: %s absent", f)
+		}
+	}
+	close(fail)
+	<-failed
+	down := families()
+	for _, f := range []string{"holdtime_proxysql_pool_connections", "holdtime_proxysql_client_connections"} {
+		if down[f] {
+			t.Errorf("down: %s still served (stale)", f)
+		}
+	}
+	for _, st := range c.Sources() {
+		if st.Target == "px" && st.Source == SourceProxySQLPool && st.Up {
+			t.Error("the store says the failed source is up")
+		}
 	}
 }

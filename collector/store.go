@@ -160,12 +160,9 @@ type series struct {
 type gauges struct {
 	sessions map[string]int        // tag -> sessions holding a connection
 	pinned   map[[2]string]int     // (tag, reason) -> pinned sessions
-	pool     []PoolServer          // stats_mysql_connection_pool
-	global   *proxysqlGlobal       // stats_mysql_global
 	trx      map[string]trxFigures // tag -> INNODB_TRX figures
 	waits    map[[2]string]int     // (waiter tag, blocker tag) -> lock waits
-	waiting  int                   // ProxySQL sessions waiting for a backend now
-	locks    *lockFigures          // SourceMySQLLocks: locks, deadlocks, saturation
+	locks    *lockFigures          // SourceMySQLLocks: locks and deadlocks per tag
 }
 
 // PoolServer is one row of stats_mysql_connection_pool.

@@ -112,6 +112,18 @@ func TestLiveProxySQLJoinUnderLoad(t *testing.T) {
 	checkJoinQualityInMetrics(t, h.c)
 }
 
+// pxServerJoin is the proxy↔server join's hold by quality in the status
+// of c's processlist source of px.
+func pxServerJoin(c *Collector) map[string]float64 {
+	var status map[string]float64
+	for _, ss := range c.Sources() {
+		if ss.Target == "px" && ss.Source == SourceProxySQLProcesslist {
+			status = ss.ServerJoin
+		}
+	}
+	return status
+}
+
 // warmBackends runs n statements q at once through ProxySQL px, so that
 // it opens the backend connections they need.
 func warmBackends(t *testing.T, px *testenv.ProxySQL, n int, q string) {
@@ -278,12 +290,7 @@ func (r *joinRound) checkHogRankedFirst(t *testing.T, round int) {
 func checkJoinQualityInMetrics(t *testing.T, c *Collector) {
 	t.Helper()
 	got, _ := gather(t, c)
-	var status map[string]float64
-	for _, ss := range c.Sources() {
-		if ss.Target == "px" && ss.Source == SourceProxySQLProcesslist {
-			status = ss.ServerJoin
-		}
-	}
+	status := pxServerJoin(c)
 	for _, q := range []string{"exact", "inferred", "unknown"} {
 		m := got[`holdtime_collector_server_join_hold_seconds_total{quality="`+q+`",target="px"}`]
 		if m != status[q] || q == "exact" && m <= 0 {

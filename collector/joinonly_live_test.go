@@ -3,9 +3,6 @@ package collector
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
-	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -45,11 +42,11 @@ func TestLiveJoinOnlyTarget(t *testing.T) {
 	if got := serverSeries(t, runs[1].c); len(got) == 0 {
 		t.Errorf("full target: /metrics exports no server series: the check above could not fail")
 	}
-	resp := topOverAMinute(t, runs[0].c)
+	resp := getTop(t, runs[0].c.Handler(), "window=1m")
 	if hasServerFigures(resp) {
 		t.Errorf("join-only target: /api/v1/top has server figures: %+v", resp)
 	}
-	if !hasServerFigures(topOverAMinute(t, runs[1].c)) {
+	if !hasServerFigures(getTop(t, runs[1].c.Handler(), "window=1m")) {
 		t.Errorf("full target: /api/v1/top has no server figures: the check above could not fail")
 	}
 	checkJoinOnlyStatus(t, resp)
@@ -119,10 +116,7 @@ func holdIdleTransaction(t *testing.T, px *testenv.ProxySQL, idle time.Duration)
 func proxyHold(c *Collector, tag string) float64 {
 	c.st.mu.Lock()
 	defer c.st.mu.Unlock()
-	if sr := c.st.series[seriesKey{"px", SourceProxySQLProcesslist}]; sr != nil && sr.tags[tag] != nil {
-		return sr.tags[tag].total.Hold
-	}
-	return 0
+	return holdOf(c.st, "px", SourceProxySQLProcesslist, tag)
 }
 
 // checkIdleTrxNamedExactly: collector r names the idle transaction's hold
@@ -135,12 +129,7 @@ func checkIdleTrxNamedExactly(t *testing.T, name string, r polledCollector, idle
 		r.polls.wait(t, "px", SourceProxySQLProcesslist, 1)
 	}
 	got, unknown := proxyHold(r.c, "idle_trx"), proxyHold(r.c, UnknownTag)
-	var exact float64
-	for _, s := range r.c.Sources() {
-		if s.Target == "px" && s.Source == SourceProxySQLProcesslist {
-			exact = s.ServerJoin["exact"]
-		}
-	}
+	exact := pxServerJoin(r.c)["exact"]
 	t.Logf("%s: idle_trx %.3f s, unknown %.3f s, join exact %.3f s", name, got, unknown, exact)
 	if got < 0.8*idle.Seconds() || unknown > 0.2 || exact < 0.8*idle.Seconds() {
 		t.Errorf("%s MySQL target: idle_trx holds %.3f s (unknown %.3f s, join exact %.3f s) of a %v idle transaction: want it named exactly",
@@ -168,21 +157,6 @@ func serverSeries(t *testing.T, c *Collector) []string {
 		}
 	}
 	return out
-}
-
-// topOverAMinute is c's /api/v1/top?window=1m.
-func topOverAMinute(t *testing.T, c *Collector) TopResponse {
-	t.Helper()
-	w := httptest.NewRecorder()
-	c.Handler().ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/api/v1/top?window=1m", nil))
-	var resp TopResponse
-	if w.Code != http.StatusOK {
-		t.Fatalf("/api/v1/top: %d %s", w.Code, w.Body)
-	}
-	if err := json.Unmarshal(w.Body.Bytes(), &resp); err != nil {
-		t.Fatal(err)
-	}
-	return resp
 }
 
 // hasServerFigures reports whether resp has a server layer headline or

@@ -136,13 +136,9 @@ type lockMetrics struct {
 	polls *pollCount
 }
 
-// metric is the first series of metric name with all of labels.
+// metric is a series of metric name with all of labels (seriesOf).
 func (m *lockMetrics) metric(name string, labels ...string) (float64, bool) {
-	all, _ := gather(m.t, m.c)
-	for series, v := range all {
-		if !strings.HasPrefix(series, name+"{") {
-			continue
-		}
+	for series, v := range seriesOf(m.t, m.c, name) {
 		every := true
 		for _, l := range labels {
 			every = every && strings.Contains(series, l)

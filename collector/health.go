@@ -88,10 +88,6 @@ type SourceStatus struct {
 	ServerJoin map[string]float64 `json:"server_join_hold_seconds,omitempty"`
 }
 
-// push reports whether figures of source arrive on their own rather than
-// by polling.
-func push(s Source) bool { return s == SourceOTLP }
-
 // status is the health of one series now. Callers hold mu.
 func (s *store) status(k seriesKey, sr *series, now time.Time) SourceStatus {
 	st := SourceStatus{Target: k.target, Source: k.source, Layer: k.source.Layer(), Headline: s.isHeadline(k),
@@ -136,16 +132,11 @@ func (s *store) status(k seriesKey, sr *series, now time.Time) SourceStatus {
 
 // downFix says what to do about a source that is down, by its failure.
 func downFix(s Source, f Failure) string {
-	if s == SourceProxySQLEvents {
-		return "check mysql-eventslog_filename (the path given must be the file or its prefix) and that this user can read the directory"
+	k := s.kind()
+	if k.fix != "" {
+		return k.fix
 	}
-	// The server's own sources (statements and locks) read the MySQL
-	// server; every other polled source reads ProxySQL's admin interface.
-	server := s == SourceMySQL || s == SourceMySQLLocks
-	what := "the MySQL server's DSN"
-	if !server {
-		what = "ProxySQL's admin DSN (port 6032)"
-	}
+	what := cmpOr(k.reads, "its DSN")
 	switch f {
 	case FailureRefused, FailureUnknownHost, FailureNoSocket:
 		return "check the address in " + what + ": nothing answers there"
@@ -156,10 +147,7 @@ func downFix(s Source, f Failure) string {
 	case FailureUnknownDB:
 		return "remove the database from " + what + " or create it"
 	case FailurePrivilege:
-		if server {
-			return "GRANT PROCESS ON *.* and SELECT ON performance_schema.* to the account of " + what
-		}
-		return "use an admin or stats account in " + what
+		return cmpOr(k.privilege, "check the privileges of the account in "+what)
 	}
 	return "the collector retries with backoff; if it lasts, check the network to " + what + " and that it answers"
 }

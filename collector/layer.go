@@ -41,33 +41,6 @@ const LayerMax = "max"
 // TopLayers are the values /api/v1/top?layer= and TopQuery.Layer accept.
 var TopLayers = []string{string(LayerApp), string(LayerProxy), string(LayerServer), LayerMax}
 
-// Layer returns the layer a source's per-tag figures describe; "" for
-// proxysql_pool, which has none.
-func (s Source) Layer() Layer {
-	switch s {
-	case SourceOTLP:
-		return LayerApp
-	case SourceProxySQLEvents, SourceProxySQLProcesslist, SourceProxySQLDigest:
-		return LayerProxy
-	case SourceMySQL:
-		return LayerServer
-	}
-	return ""
-}
-
-// gaugeSource is the source whose current-state gauges (sessions holding a
-// connection, pins) a layer shows, whatever its headline: the events log
-// sees statements as they end, not who holds a backend now.
-func gaugeSource(l Layer) Source {
-	switch l {
-	case LayerProxy:
-		return SourceProxySQLProcesslist
-	case LayerServer:
-		return SourceMySQL
-	}
-	return ""
-}
-
 type targetLayer struct {
 	target string
 	layer  Layer
@@ -288,11 +261,6 @@ func rank(rows []TopRow, q TopQuery) []TopRow {
 		out = out[:q.Limit]
 	}
 	return out
-}
-
-func tagSources() []string {
-	return []string{string(SourceOTLP), string(SourceProxySQLEvents), string(SourceProxySQLProcesslist),
-		string(SourceProxySQLDigest), string(SourceMySQL)}
 }
 
 func windowName(w time.Duration) string {

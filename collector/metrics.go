@@ -149,7 +149,7 @@ func (m *metricsCollector) collectLayer(ch chan<- prometheus.Metric, k seriesKey
 		ch <- prometheus.MustNewConstMetric(m.layerActive, c, e.total.Active, t, layer, tag)
 		ch <- prometheus.MustNewConstMetric(m.layerStmts, c, e.total.Stmts, t, layer, tag)
 		ch <- prometheus.MustNewConstMetric(m.layerErrs, c, e.total.Errors, t, layer, tag)
-		if k.source.Layer() == LayerProxy {
+		if k.source.kind().waits {
 			ch <- prometheus.MustNewConstMetric(m.layerWait, c, e.total.Wait, t, layer, tag)
 		}
 	}
@@ -164,7 +164,7 @@ func (m *metricsCollector) collectTags(ch chan<- prometheus.Metric, k seriesKey,
 		ch <- prometheus.MustNewConstMetric(m.active, c, e.total.Active, t, src, tag)
 		ch <- prometheus.MustNewConstMetric(m.stmts, c, e.total.Stmts, t, src, tag)
 		ch <- prometheus.MustNewConstMetric(m.errs, c, e.total.Errors, t, src, tag)
-		if k.source == SourceProxySQLProcesslist || k.source == SourceProxySQLEvents {
+		if k.source.kind().waits {
 			ch <- prometheus.MustNewConstMetric(m.wait, c, e.total.Wait, t, src, tag)
 		}
 		for reason, v := range e.pinnedSecs {

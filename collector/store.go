@@ -8,23 +8,6 @@ import (
 	"time"
 )
 
-// Source names where a figure came from. It is the `source` label of the
-// per-tag metrics and the key of TopRow.Sources.
-type Source string
-
-// The sources of per-tag figures.
-const (
-	SourceProxySQLProcesslist Source = "proxysql_processlist" // sampled stats_mysql_processlist
-	SourceProxySQLEvents      Source = "proxysql_events"      // the JSON events log, exact
-	SourceProxySQLDigest      Source = "proxysql_digest"      // stats_mysql_query_digest deltas
-	SourceMySQL               Source = "mysql"                // the MySQL/MariaDB server itself
-	SourceOTLP                Source = "otlp"                 // conntag's spans
-	// SourceProxySQLPool labels only holdtime_source_up and
-	// holdtime_source_last_success_timestamp_seconds: the poll of
-	// stats_mysql_connection_pool and stats_mysql_global has no per-tag figures.
-	SourceProxySQLPool Source = "proxysql_pool"
-)
-
 // figures and tagDelta are what sources write (package source); the store
 // keeps them per tag.
 type (
